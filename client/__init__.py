@@ -1,0 +1,38 @@
+"""Fleet's device worker: enroll, take learning tasks, compute gradients on local data with ONNX.
+
+Run-time dependencies: numpy, onnxruntime, httpx, psutil (never torch). The library logs through
+``logging.getLogger("fleet.client")`` and never configures logging; the CLI does.
+"""
+
+from ._data import DeviceData
+from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
+from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
+from ._features import FeatureSource, PsutilFeatures, StaticFeatures
+from ._onnx_session import GradientComputer, GradientSession
+from ._transport import ApiClient, PushResult, TaskGrant
+from ._worker import RunSummary, TaskReport, Worker, WorkerConfig, run_worker
+
+__all__ = [
+    "ApiClient",
+    "BatteryMeter",
+    "DeviceData",
+    "EnergyMeter",
+    "EnergyModel",
+    "EnergyReading",
+    "FeatureSource",
+    "GradientComputer",
+    "GradientSession",
+    "PsutilFeatures",
+    "PushResult",
+    "Rejected",
+    "RunSummary",
+    "StaticFeatures",
+    "TaskGrant",
+    "TaskReport",
+    "TrainingFinished",
+    "TransportError",
+    "Worker",
+    "WorkerConfig",
+    "WorkerError",
+    "run_worker",
+]

@@ -1,0 +1,64 @@
+"""The device's own data shard: it never leaves the device, only label counts do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DeviceData"]
+
+
+class DeviceData:
+    """Examples ``x`` (float32 in [0, 1]) and labels ``y`` (int64) held by one device."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        x = np.asarray(x)
+        y = np.asarray(y)
+        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+            raise ValueError(f"expected x (N, ...) and y (N,), got {x.shape} and {y.shape}")
+        if len(y) == 0:
+            raise ValueError("device data is empty")
+        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+            raise ValueError("labels must be non-negative integers")
+        if x.dtype == np.uint8:
+            x = x.astype(np.float32) / np.float32(255.0)
+        else:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+            if x.size and (not np.isfinite(x).all() or x.min() < 0.0 or x.max() > 1.0):
+                raise ValueError("float inputs must be finite and in [0, 1] (or pass uint8 0-255)")
+        self.x = x
+        self.y = y.astype(np.int64)
+
+    @classmethod
+    def from_npz(cls, path: str | Path) -> DeviceData:
+        """Load a shard saved with ``np.savez(path, x=..., y=...)``."""
+        with np.load(Path(path)) as archive:
+            missing = {"x", "y"} - set(archive.files)
+            if missing:
+                raise ValueError(f"{path}: missing arrays {sorted(missing)}")
+            return cls(archive["x"], archive["y"])
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __repr__(self) -> str:
+        return f"DeviceData(n={len(self)}, x_shape={self.x.shape[1:]})"
+
+    def label_counts(self, num_classes: int) -> list[int]:
+        """Examples per class, as the server wants them (labels past ``num_classes`` are an error)."""
+        return label_counts(self.y, num_classes)
+
+    def sample(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``size`` examples drawn with replacement (a device may hold fewer than ``size``)."""
+        if size < 1:
+            raise ValueError(f"sample size must be >= 1, got {size}")
+        index = rng.integers(0, len(self.y), size=size)
+        return self.x[index], self.y[index]
+
+
+def label_counts(y: np.ndarray, num_classes: int) -> list[int]:
+    """Counts per class of the labels ``y``."""
+    if y.size and int(y.max()) >= num_classes:
+        raise ValueError(f"label {int(y.max())} out of range for {num_classes} classes")
+    return [int(c) for c in np.bincount(y, minlength=num_classes)]

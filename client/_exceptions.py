@@ -1,0 +1,42 @@
+"""The worker's exception tree; callers catch the level they care about.
+
+WorkerError                 any failure the worker reports (4xx with the server's detail, bad data)
+ +-- Rejected               the server declined a task now; retry after ``retry_after`` seconds
+ |    +-- TrainingFinished  the model is done training; stop asking
+ +-- TransportError         network failure, timeout or a real server fault (5xx)
+"""
+
+from __future__ import annotations
+
+__all__ = ["Rejected", "TrainingFinished", "TransportError", "WorkerError"]
+
+
+class WorkerError(Exception):
+    """Base of every error the worker raises; ``status_code`` is set when the server answered."""
+
+    def __init__(self, detail: str, *, status_code: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status_code = status_code
+
+
+class Rejected(WorkerError):
+    """The server declined to hand out a task now (paused, small batch, too similar, rate limit...)."""
+
+    def __init__(
+        self, detail: str, *, reason: str, retry_after: float, status_code: int | None = None
+    ) -> None:
+        super().__init__(detail, status_code=status_code)
+        self.reason = reason
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(reason={self.reason!r}, retry_after={self.retry_after!r})"
+
+
+class TrainingFinished(Rejected):
+    """Training of the active model has finished: the worker should stop."""
+
+
+class TransportError(WorkerError):
+    """The request did not get a usable answer: network error, timeout or 5xx."""

@@ -1,0 +1,399 @@
+"""The device worker: ask for a task, compute one gradient on local data, push it, repeat."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from models.manifest import Manifest
+
+from ._data import DeviceData, label_counts
+from ._energy import EnergyMeter, EnergyModel, default_energy_meter
+from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
+from ._features import FeatureSource, PsutilFeatures
+from ._onnx_session import GradientComputer, GradientSession
+from ._transport import DEFAULT_TIMEOUT, ApiClient, TaskGrant, encode_multipart
+
+__all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "run_worker"]
+
+logger = logging.getLogger("fleet.client")
+
+SessionFactory = Callable[[Manifest, bytes, int], GradientComputer]
+
+
+def default_device_model() -> str:
+    """A device model name for desktops: OS and machine, e.g. "Linux x86_64"."""
+    return f"{platform.system() or 'unknown'} {platform.machine() or 'unknown'}".strip()
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs, as plain values (the CLI builds one from its options).
+
+    ``min_ms_per_sample`` emulates a slower phone: after computing, the worker sleeps until the
+    task took at least ``batch_size * min_ms_per_sample`` ms; the reported compute time includes
+    the sleep. ``max_consecutive_errors`` bounds repeated non-network failures (network failures
+    are retried forever, with capped exponential backoff).
+    """
+
+    base_url: str
+    enrollment_key: str
+    data: str | Path | DeviceData
+    device_model: str = field(default_factory=default_device_model)
+    threads: int = 1
+    min_ms_per_sample: float | None = None
+    max_tasks: int | None = None
+    max_seconds: float | None = None
+    seed: int | None = None
+    min_retry_after: float = 0.5
+    max_retry_after: float = 300.0
+    backoff_initial: float = 1.0
+    backoff_max: float = 60.0
+    max_consecutive_errors: int | None = 5
+    push_attempts: int = 3
+    timeout: float = DEFAULT_TIMEOUT.read or 60.0
+    verify: bool | str = True
+    cert: str | None = None
+    energy_model: EnergyModel = field(default_factory=EnergyModel)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What one finished task did and what the server said about it."""
+
+    task_id: str
+    model_id: str
+    version: int
+    staleness: int
+    weight: float
+    batch_size: int
+    loss: float
+    compute_time_ms: float
+    predicted_time_ms: float | None
+    slo_time_ms: float | None
+    energy: float | None
+    energy_source: str
+    current_version: int
+    applied: bool
+    duplicate: bool
+
+
+@dataclass
+class RunSummary:
+    """Totals of one ``Worker.run``."""
+
+    tasks: int = 0
+    rejections: Counter[str] = field(default_factory=Counter)
+    errors: int = 0
+    finished: bool = False
+    stop_reason: str = ""
+    elapsed_s: float = 0.0
+
+
+class Worker:
+    """One device's training loop over the REST protocol.
+
+    ``transport`` (e.g. ``httpx.MockTransport``/``ASGITransport``) or ``client`` (an ``httpx.Client``)
+    replace the network; ``features``, ``energy`` and ``session_factory`` replace the desktop
+    implementations (psutil, battery/model, onnxruntime), e.g. with Android ones.
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        client: httpx.Client | None = None,
+        features: FeatureSource | None = None,
+        energy: EnergyMeter | None = None,
+        session_factory: SessionFactory = GradientSession,
+        on_report: Callable[[TaskReport], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.data = config.data if isinstance(config.data, DeviceData) else DeviceData.from_npz(config.data)
+        self.api = ApiClient(
+            config.base_url,
+            client=client,
+            transport=transport,
+            timeout=httpx.Timeout(config.timeout, connect=min(10.0, config.timeout)),
+            verify=config.verify,
+            cert=config.cert,
+        )
+        self.energy = energy if energy is not None else default_energy_meter(config.energy_model)
+        self.features = features if features is not None else PsutilFeatures(self.energy.energy_per_cpu_time)
+        self.session_factory = session_factory
+        self.on_report = on_report
+        self.sleep = sleep
+        data_seed, jitter_seed = np.random.SeedSequence(config.seed).spawn(2)
+        self._rng = np.random.default_rng(data_seed)
+        self._jitter = np.random.default_rng(jitter_seed)
+        self._active: tuple[str, int] | None = None  # (model_id, num_classes) the labels are counted for
+        self._sessions: dict[str, GradientComputer] = {}
+        self.device_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Worker(base_url={self.config.base_url!r}, device_model={self.config.device_model!r})"
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the HTTP client (if the worker built it)."""
+        self.api.close()
+
+    def enroll(self) -> str:
+        """Register with the enrollment key; returns the device id."""
+        enrollment = self.api.enroll(self.config.enrollment_key, self.config.device_model)
+        self.device_id = enrollment.device_id
+        logger.info("enrolled as device %s (%s)", enrollment.device_id, self.config.device_model)
+        return enrollment.device_id
+
+    # --- one task ------------------------------------------------------------------------------
+
+    def run_one(self) -> TaskReport:
+        """Request a task, compute its gradient on local data and push it (raises on rejection)."""
+        if self.api.token is None:
+            self.enroll()
+        grant = self._request_task()
+        manifest, session = self._model(grant)
+        params = self.api.params(
+            grant.model_id, grant.version, url=grant.params_url, num_params=manifest.num_params
+        )
+        x, y = self.data.sample(grant.batch_size, self._rng)
+        x = _fit_input(x, manifest.input_shape)
+        batch_counts = label_counts(y, manifest.num_classes)
+
+        mark = self.energy.begin()
+        cpu_start = time.process_time()
+        start = time.perf_counter()
+        loss, gradient = session.loss_and_gradient(params, x, y)
+        cpu_seconds = time.process_time() - cpu_start
+        slept = 0.0
+        if self.config.min_ms_per_sample:
+            remaining = grant.batch_size * self.config.min_ms_per_sample / 1000.0 - (
+                time.perf_counter() - start
+            )
+            if remaining > 0:
+                time.sleep(remaining)
+                slept = remaining
+        compute_time_ms = (time.perf_counter() - start) * 1000.0
+        # An emulated slower phone would have been computing during the sleep: charge it as CPU time.
+        reading = self.energy.end(mark, cpu_seconds + slept)
+
+        if gradient.shape != (manifest.num_params,):
+            raise WorkerError(f"gradient has shape {gradient.shape}, expected ({manifest.num_params},)")
+        if not (np.isfinite(loss) and np.isfinite(gradient).all()):
+            raise WorkerError(f"task {grant.task_id}: non-finite loss or gradient, not pushed")
+        meta = {
+            "label_counts": batch_counts,
+            "loss": loss,
+            "compute_time_ms": compute_time_ms,
+            "energy": reading.value,
+            "batch_size": grant.batch_size,
+        }
+        result = self._push(grant, meta, gradient)
+        report = TaskReport(
+            task_id=grant.task_id,
+            model_id=grant.model_id,
+            version=grant.version,
+            staleness=result.staleness,
+            weight=result.weight,
+            batch_size=grant.batch_size,
+            loss=loss,
+            compute_time_ms=compute_time_ms,
+            predicted_time_ms=grant.predicted_time_ms,
+            slo_time_ms=grant.slo_time_ms,
+            energy=reading.value,
+            energy_source=reading.source,
+            current_version=result.version,
+            applied=result.applied,
+            duplicate=result.duplicate,
+        )
+        logger.info(
+            "task %s: v%d L=%d loss=%.4f %.0f ms (predicted %s) energy=%s [%s] staleness=%d weight=%.3g",
+            report.task_id, report.version, report.batch_size, report.loss, report.compute_time_ms,
+            report.predicted_time_ms, report.energy, report.energy_source, report.staleness, report.weight,
+        )  # fmt: skip
+        return report
+
+    def _request_task(self) -> TaskGrant:
+        if self._active is None:
+            info = self.api.active_model()
+            self._active = (str(info["model_id"]), int(info["num_classes"]))
+        model_id, num_classes = self._active
+        try:
+            counts = self.data.label_counts(num_classes)
+        except ValueError as exc:
+            raise WorkerError(f"local data does not fit model {model_id}: {exc}") from exc
+        try:
+            return self.api.request_task(
+                device_model=self.config.device_model, features=self.features.read(), label_counts=counts
+            )
+        except Rejected as exc:
+            if exc.reason == "no_model":
+                self._active = None
+            raise
+        except WorkerError as exc:
+            if exc.status_code == 422:  # perhaps the active model changed: count labels afresh
+                self._active = None
+            raise
+
+    def _model(self, grant: TaskGrant) -> tuple[Manifest, GradientComputer]:
+        manifest, graph = self.api.model(
+            grant.model_id, manifest_url=grant.manifest_url, train_graph_url=grant.train_graph_url
+        )
+        self._active = (grant.model_id, manifest.num_classes)
+        session = self._sessions.get(grant.model_id)
+        if session is None:
+            self._sessions.clear()  # one model trains at a time; drop the old session
+            session = self.session_factory(manifest, graph, self.config.threads)
+            self._sessions[grant.model_id] = session
+        return manifest, session
+
+    def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> Any:
+        content_type, body = encode_multipart(meta, gradient)
+        for attempt in range(1, max(1, self.config.push_attempts) + 1):
+            try:
+                return self.api.push_encoded(grant.task_id, content_type, body)
+            except TransportError:
+                expired = grant.lease_deadline is not None and time.time() >= grant.lease_deadline
+                if attempt >= self.config.push_attempts or expired:
+                    raise
+                delay = self._backoff(attempt)
+                logger.warning("push of task %s failed; retry %d in %.1f s", grant.task_id, attempt, delay)
+                self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self, stop_event: threading.Event | None = None) -> RunSummary:
+        """Loop over tasks until training finishes, a limit is hit or ``stop_event`` is set."""
+        config = self.config
+        summary = RunSummary()
+        start = time.monotonic()
+        errors_in_row = 0
+        reenrolled = False
+
+        def remaining() -> float:
+            if config.max_seconds is None:
+                return float("inf")
+            return config.max_seconds - (time.monotonic() - start)
+
+        def wait(seconds: float) -> bool:
+            """Sleep (bounded by max_seconds); True if the loop should stop."""
+            seconds = min(seconds, max(0.0, remaining()))
+            if stop_event is not None:
+                return stop_event.wait(seconds)
+            self.sleep(seconds)
+            return False
+
+        while True:
+            if stop_event is not None and stop_event.is_set():
+                summary.stop_reason = "stopped"
+                break
+            if config.max_tasks is not None and summary.tasks >= config.max_tasks:
+                summary.stop_reason = "max_tasks"
+                break
+            if remaining() <= 0:
+                summary.stop_reason = "max_seconds"
+                break
+            try:
+                report = self.run_one()
+            except TrainingFinished as exc:
+                logger.info("training finished: %s", exc.detail)
+                summary.finished, summary.stop_reason = True, "training_finished"
+                break
+            except Rejected as exc:
+                summary.rejections[exc.reason] += 1
+                errors_in_row = 0
+                delay = min(max(exc.retry_after, config.min_retry_after), config.max_retry_after)
+                logger.info("rejected (%s); retrying in %.1f s", exc.reason, delay)
+                if wait(delay):
+                    summary.stop_reason = "stopped"
+                    break
+                continue
+            except TransportError as exc:
+                summary.errors += 1
+                errors_in_row += 1
+                delay = self._backoff(errors_in_row)
+                logger.warning("%s; retrying in %.1f s", exc, delay)
+                if wait(delay):
+                    summary.stop_reason = "stopped"
+                    break
+                continue
+            except WorkerError as exc:
+                summary.errors += 1
+                errors_in_row += 1
+                if exc.status_code == 401 and not reenrolled:
+                    logger.warning("token refused; enrolling again")
+                    self.api.token, reenrolled = None, True
+                    continue
+                if (
+                    config.max_consecutive_errors is not None
+                    and errors_in_row >= config.max_consecutive_errors
+                ):
+                    raise
+                delay = self._backoff(errors_in_row)
+                logger.warning("%s; retrying in %.1f s", exc, delay)
+                if wait(delay):
+                    summary.stop_reason = "stopped"
+                    break
+                continue
+            errors_in_row, reenrolled = 0, False
+            summary.tasks += 1
+            if self.on_report is not None:
+                self.on_report(report)
+        summary.elapsed_s = time.monotonic() - start
+        return summary
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter: uniform in [d/2, d], d = initial * 2^(attempt-1), capped."""
+        delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0 ** max(0, attempt - 1))
+        return float(self._jitter.uniform(delay / 2.0, delay))
+
+
+def _fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
+    """Reshape local examples to the model's input shape (e.g. (1, 28, 28) to (784,))."""
+    if x.shape[1:] == tuple(input_shape):
+        return x
+    if int(np.prod(x.shape[1:])) != int(np.prod(input_shape)):
+        raise WorkerError(
+            f"local examples of shape {x.shape[1:]} do not fit model input {tuple(input_shape)}"
+        )
+    return x.reshape((len(x), *input_shape))
+
+
+def run_worker(
+    config: WorkerConfig,
+    *,
+    on_report: Callable[[TaskReport], None] | None = None,
+    stop_event: threading.Event | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> RunSummary:
+    """Run a worker until done (what ``fleet worker`` calls); SIGINT/SIGTERM stop it between steps."""
+    stop_event = stop_event if stop_event is not None else threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop_event.set())
+    try:
+        with Worker(config, transport=transport, on_report=on_report) as worker:
+            return worker.run(stop_event)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,142 @@
+"""`fleet`: serve, worker, demo, model export/push, data prepare. Heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Fleet: online federated learning on phones and edge devices.", no_args_is_help=True)
+model_app = typer.Typer(help="Export and push models.", no_args_is_help=True)
+data_app = typer.Typer(help="Prepare device data shards.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(data_app, name="data")
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+@app.command()
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (PEM) to serve HTTPS")] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
+    log_level: str = "info",
+) -> None:
+    """Run the coordinator (settings from FLEET_* environment variables or .env)."""
+    import uvicorn
+
+    _logging(True)
+    uvicorn.run("server.api.app:create_app", factory=True, host=host, port=port, log_level=log_level,
+                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+
+
+@app.command()
+def worker(
+    data: Annotated[Path, typer.Option(help="the device's own shard (.npz with x and y)")],
+    server: Annotated[str, typer.Option(help="coordinator URL")] = "http://127.0.0.1:8000",
+    enrollment_key: Annotated[str, typer.Option(envvar="FLEET_ENROLLMENT_KEY")] = "",
+    device_model: Annotated[str | None, typer.Option(help="e.g. 'Galaxy S7'")] = None,
+    threads: int = 1,
+    min_ms_per_sample: Annotated[float | None, typer.Option(help="emulate a slower device")] = None,
+    max_tasks: int | None = None,
+    max_seconds: float | None = None,
+    ca_bundle: Annotated[Path | None, typer.Option(help="CA file to verify an HTTPS coordinator")] = None,
+    verbose: bool = False,
+) -> None:
+    """Run one device: enroll, then take tasks until training finishes or a limit is reached."""
+    from client import WorkerConfig, run_worker
+
+    _logging(verbose)
+    if not enrollment_key:
+        raise typer.BadParameter("give --enrollment-key or set FLEET_ENROLLMENT_KEY")
+    options = {"device_model": device_model} if device_model else {}
+    config = WorkerConfig(
+        base_url=server, enrollment_key=enrollment_key, data=data, threads=threads,
+        min_ms_per_sample=min_ms_per_sample, max_tasks=max_tasks, max_seconds=max_seconds,
+        verify=str(ca_bundle) if ca_bundle else True, **options,
+    )
+
+    def report(r: object) -> None:
+        typer.echo(f"task v{r.version} L={r.batch_size} τ={r.staleness} w={r.weight:.3f} "  # type: ignore[attr-defined]
+                   f"t={r.compute_time_ms:.0f}ms loss={r.loss:.3f}")  # type: ignore[attr-defined]
+
+    summary = run_worker(config, on_report=report)
+    typer.echo(f"stopped: {summary.stop_reason} after {summary.tasks} tasks")
+
+
+@app.command()
+def demo(
+    devices: int = 20,
+    minutes: float = 3.0,
+    model: str = "mnist_cnn",
+    target: Annotated[float, typer.Option(help="stop once test accuracy reaches this")] = 0.92,
+    port: int = 8765,
+    workdir: Path = Path("var/demo"),
+    learning_rate: float = 0.05,
+    seed: int = 0,
+) -> None:
+    """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
+    from fleet.demo import DemoConfig, run_demo
+
+    raise typer.Exit(run_demo(DemoConfig(devices=devices, minutes=minutes, model=model, target=target, port=port,
+                                         workdir=workdir, learning_rate=learning_rate, seed=seed)))
+
+
+@model_app.command("export")
+def model_export(
+    names: Annotated[list[str] | None, typer.Argument(help="built-in models (default: all)")] = None,
+    out: Path = Path("var/models"),
+    seed: int = 0,
+) -> None:
+    """Export built-in torch models to ONNX bundles (needs the `export` extra: torch)."""
+    from models.export import export_bundle
+    from models.zoo import BUILTINS
+
+    for name in names or sorted(BUILTINS):
+        path = export_bundle(name, out / name, seed=seed)
+        typer.echo(f"exported {name} → {path}")
+
+
+@model_app.command("push")
+def model_push(
+    bundle: Annotated[Path, typer.Argument(help="bundle directory or zip")],
+    server: str = "http://127.0.0.1:8000",
+    admin_token: Annotated[str, typer.Option(envvar="FLEET_ADMIN_TOKEN")] = "",
+) -> None:
+    """Upload a bundle; the coordinator trains it from now on."""
+    import httpx
+
+    from models.manifest import Bundle
+
+    data = Bundle.load(bundle).to_zip()
+    response = httpx.post(f"{server}/v1/admin/models", files={"bundle": ("bundle.zip", data, "application/zip")},
+                          headers={"Authorization": f"Bearer {admin_token}"}, timeout=60)
+    if response.status_code >= 400:
+        raise typer.BadParameter(f"{response.status_code}: {response.text}")
+    typer.echo(response.text)
+
+
+@data_app.command("prepare")
+def data_prepare(
+    devices: int = 20,
+    partition: Annotated[str, typer.Option(help="sorted (non-IID, 2 shards per device) or iid")] = "sorted",
+    out: Path = Path("var/data"),
+    seed: int = 0,
+) -> None:
+    """Write real MNIST shards, one .npz per device, and the held-out test set."""
+    from sim.data import write_shards
+
+    paths, test = write_shards(out, devices=devices, partition=partition, seed=seed)
+    typer.echo(f"wrote {len(paths)} shards and {test} ({os.path.getsize(test)} bytes)")
+
+
+if __name__ == "__main__":
+    app()

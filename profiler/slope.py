@@ -1,0 +1,301 @@
+"""Per-device-model slope regressor: cold-start OLS plus passive-aggressive personalisation (I-Prof).
+
+The slope α is the cost of one sample (ms per sample for time, % battery per sample for energy).
+Features are standardised with the bootstrap data's mean and spread, and a missing value (NaN) is
+imputed with that mean, i.e. 0 in standardised space.
+
+The personalised models are scikit-learn's PA-I (``SGDRegressor(loss="epsilon_insensitive",
+penalty=None, learning_rate="pa1", eta0=C)``) on the augmented input ``x = [1, z]`` with
+``fit_intercept=False``: the bias is a coefficient like the others, so the update is exactly the
+spec's ``θ ← θ + min(C, loss/‖x‖²)·sign(α − xᵀθ)·x`` (sklearn's own intercept would take a step
+that ignores the bias in ‖x‖², overshooting the ε-tube, and would skip a device whose standardised
+features are all 0, e.g. all unreadable). With ``scale_target=True`` the PA model learns α divided
+by ``y_scale_`` (the mean |α| of the bootstrap data), and ε is divided likewise, so that C caps a
+step in units of a typical slope for both the time (ms) and the energy (% battery) predictor.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.linear_model import LinearRegression, SGDRegressor
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+__all__ = ["SlopeRegressor"]
+
+
+def _augment(z: np.ndarray) -> np.ndarray:
+    """Prepend the constant 1 so the bias is part of θ and of ‖x‖² (the PA rule as specified)."""
+    return np.ascontiguousarray(np.hstack([np.ones((z.shape[0], 1)), z]))
+
+
+class SlopeRegressor(RegressorMixin, BaseEstimator):
+    """Predict a per-sample cost slope α from device features, personalised per device model.
+
+    Parameters
+    ----------
+    C : PA-I aggressiveness cap (``eta0`` of the SGDRegressor), in units of ``y_scale_``.
+    epsilon : width of the ε-insensitive tube, in the units of α (e.g. ms per sample).
+    alpha_floor_fraction : predictions are floored at this fraction of the smallest positive
+        training slope (guards α̂ ≤ 0).
+    scale_target : learn α / mean|α_boot| in the PA models (see module docstring); False gives the
+        literal PA-I on raw α.
+    max_pairs : how many observed (features, α) pairs to keep for ``refit_cold_start``.
+    """
+
+    def __init__(
+        self,
+        C: float = 0.1,
+        epsilon: float = 0.1,
+        alpha_floor_fraction: float = 0.1,
+        scale_target: bool = True,
+        max_pairs: int = 10_000,
+    ) -> None:
+        self.C = C
+        self.epsilon = epsilon
+        self.alpha_floor_fraction = alpha_floor_fraction
+        self.scale_target = scale_target
+        self.max_pairs = max_pairs
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X: Any, y: Any) -> SlopeRegressor:
+        """Cold start: standardise the features and fit OLS (features → α); forget every personal model."""
+        self._validate_hyperparameters()
+        X, y = validate_data(self, X, y, ensure_all_finite="allow-nan", y_numeric=True, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("slopes must be finite")
+        empty = np.all(np.isnan(X), axis=0)
+        if empty.any():
+            raise ValueError(f"feature columns {np.flatnonzero(empty).tolist()} have no values to standardise")
+        positive = y[y > 0]
+        if positive.size == 0:
+            raise ValueError("the bootstrap data has no positive slope to learn the floor from")
+        self.scaler_ = StandardScaler().fit(X)
+        z = self._impute(self.scaler_.transform(X))
+        self.y_scale_ = float(np.mean(np.abs(y))) if self.scale_target else 1.0
+        self.alpha_floor_ = float(self.alpha_floor_fraction * positive.min())
+        self.boot_z_ = z
+        self.boot_y_ = np.asarray(y, dtype=np.float64).copy()
+        self.pairs_ = deque(maxlen=self.max_pairs)
+        self.models_ = {}
+        self.n_updates_ = {}
+        self._fit_cold(z, self.boot_y_)
+        self._make_template()
+        self._fast_personal: dict[str, list[float]] = {}
+        return self
+
+    def partial_fit(self, X: Any, y: Any, *, device_model: str) -> SlopeRegressor:
+        """Update ``device_model``'s PA model with each (x, α) in order, bootstrapping it from the cold start."""
+        check_is_fitted(self)
+        X, y = validate_data(
+            self, X, y, ensure_all_finite="allow-nan", y_numeric=True, dtype=np.float64, reset=False
+        )
+        return self._partial_fit_z(self._impute(self.scaler_.transform(X)), y, device_model)
+
+    def refit_cold_start(self) -> SlopeRegressor:
+        """Re-train the cold-start OLS on the bootstrap data plus the observed pairs (scaler kept fixed).
+
+        Personal models are left as they are (their coefficients live in the same standardised space);
+        the floor is re-learned from all pairs, so it can only go down as faster devices are seen.
+        """
+        check_is_fitted(self)
+        if not self.pairs_:
+            return self
+        z_obs = np.array([p[0] for p in self.pairs_])
+        y_obs = np.array([p[1] for p in self.pairs_])
+        z = np.vstack([self.boot_z_, z_obs])
+        y = np.concatenate([self.boot_y_, y_obs])
+        self._fit_cold(z, y)
+        positive = y[y > 0]
+        if positive.size:
+            self.alpha_floor_ = min(self.alpha_floor_, float(self.alpha_floor_fraction * positive.min()))
+        return self
+
+    # --------------------------------------------------------------- predicting
+    def predict(self, X: Any, *, device_model: str | None = None) -> np.ndarray:
+        """Predict α (floored at ``alpha_floor_``) with the device model's personal model, else the cold one."""
+        check_is_fitted(self)
+        X = validate_data(self, X, ensure_all_finite="allow-nan", dtype=np.float64, reset=False)
+        z = _augment(self._impute(self.scaler_.transform(X)))
+        theta = np.asarray(self._theta(device_model))
+        return np.maximum(self.y_scale_ * (z @ theta), self.alpha_floor_)
+
+    def has_personal(self, device_model: str) -> bool:
+        """Whether ``device_model`` has a personalised model (else predictions use the cold start)."""
+        return device_model in self.models_
+
+    def predict_one(self, values: list[float | None], device_model: str | None) -> tuple[float, bool]:
+        """Hot path for one request: (floored α̂, personal?) from raw feature values, without sklearn validation."""
+        z = self._standardise_one(values)
+        theta = self._fast_personal.get(device_model) if device_model is not None else None
+        personal = theta is not None
+        if theta is None:
+            theta = self._fast_cold
+        acc = theta[0]
+        for t, v in zip(theta[1:], z, strict=True):
+            acc += t * v
+        return max(self.y_scale_ * acc, self.alpha_floor_), personal
+
+    def observe_one(self, values: list[float | None], alpha: float, device_model: str) -> SlopeRegressor:
+        """Fast path of ``partial_fit`` for one request's raw feature values (no re-validation of X)."""
+        z = np.array([self._standardise_one(values)])
+        return self._partial_fit_z(z, np.array([float(alpha)]), device_model)
+
+    # -------------------------------------------------------------- persistence
+    def cold_state(self) -> dict[str, Any]:
+        """JSON-serialisable cold-start part: scaler, OLS, scales, floor, bootstrap and observed pairs."""
+        check_is_fitted(self)
+        return {
+            "n_features": int(self.n_features_in_),
+            "scaler_mean": self.scaler_.mean_.tolist(),
+            "scaler_var": self.scaler_.var_.tolist(),
+            "scaler_scale": self.scaler_.scale_.tolist(),
+            "scaler_n_samples_seen": np.asarray(self.scaler_.n_samples_seen_).tolist(),
+            "cold_coef": self.cold_.coef_.tolist(),
+            "cold_intercept": float(self.cold_.intercept_),
+            "y_scale": self.y_scale_,
+            "alpha_floor": self.alpha_floor_,
+            "boot_z": self.boot_z_.tolist(),
+            "boot_y": self.boot_y_.tolist(),
+            "pairs_z": [list(p[0]) for p in self.pairs_],
+            "pairs_y": [p[1] for p in self.pairs_],
+        }
+
+    def load_cold_state(self, state: dict[str, Any]) -> SlopeRegressor:
+        """Restore the cold-start part saved by ``cold_state``; personal models are dropped."""
+        self._validate_hyperparameters()
+        d = int(state["n_features"])
+        scaler = StandardScaler()
+        scaler.mean_ = np.array(state["scaler_mean"], dtype=np.float64)
+        scaler.var_ = np.array(state["scaler_var"], dtype=np.float64)
+        scaler.scale_ = np.array(state["scaler_scale"], dtype=np.float64)
+        scaler.n_samples_seen_ = np.array(state["scaler_n_samples_seen"])
+        scaler.n_features_in_ = d
+        self.scaler_ = scaler
+        self.n_features_in_ = d
+        self.y_scale_ = float(state["y_scale"])
+        self.alpha_floor_ = float(state["alpha_floor"])
+        self.boot_z_ = np.array(state["boot_z"], dtype=np.float64).reshape(-1, d)
+        self.boot_y_ = np.array(state["boot_y"], dtype=np.float64)
+        self.pairs_ = deque(
+            ((tuple(z), float(y)) for z, y in zip(state["pairs_z"], state["pairs_y"], strict=True)),
+            maxlen=self.max_pairs,
+        )
+        cold = LinearRegression()
+        cold.coef_ = np.array(state["cold_coef"], dtype=np.float64)
+        cold.intercept_ = float(state["cold_intercept"])
+        cold.n_features_in_ = d
+        self.cold_ = cold
+        self._set_cold_theta()
+        self.models_ = {}
+        self.n_updates_ = {}
+        self._fast_personal = {}
+        self._make_template()
+        return self
+
+    def device_state(self, device_model: str) -> dict[str, Any] | None:
+        """JSON-serialisable personal model of one device model (None if it has none yet)."""
+        check_is_fitted(self)
+        reg = self.models_.get(device_model)
+        if reg is None:
+            return None
+        return {"coef": reg.coef_.tolist(), "t": float(reg.t_), "n_updates": self.n_updates_[device_model]}
+
+    def load_device_state(self, device_model: str, state: dict[str, Any] | None) -> SlopeRegressor:
+        """Restore one device model's personal model saved by ``device_state`` (None removes it)."""
+        check_is_fitted(self)
+        if state is None:
+            self.models_.pop(device_model, None)
+            self.n_updates_.pop(device_model, None)
+            self._fast_personal.pop(device_model, None)
+            return self
+        self.models_[device_model] = self._pa_from_coef(np.array(state["coef"], dtype=np.float64), state["t"])
+        self.n_updates_[device_model] = int(state["n_updates"])
+        self._fast_personal[device_model] = list(state["coef"])
+        return self
+
+    # ------------------------------------------------------------------ private
+    def _validate_hyperparameters(self) -> None:
+        """Check the hyperparameters when fitting, never in __init__ (estimator contract)."""
+        if not self.C > 0:
+            raise ValueError(f"C must be > 0, got {self.C}")
+        if not self.epsilon >= 0:
+            raise ValueError(f"epsilon must be >= 0, got {self.epsilon}")
+        if not 0 < self.alpha_floor_fraction <= 1:
+            raise ValueError(f"alpha_floor_fraction must be in (0, 1], got {self.alpha_floor_fraction}")
+        if int(self.max_pairs) < 0:
+            raise ValueError(f"max_pairs must be >= 0, got {self.max_pairs}")
+
+    @staticmethod
+    def _impute(z: np.ndarray) -> np.ndarray:
+        """Replace a missing standardised value by 0, i.e. the training mean."""
+        return np.where(np.isnan(z), 0.0, z)
+
+    def _standardise_one(self, values: list[float | None]) -> list[float]:
+        """Standardise one row in pure Python (the same IEEE operations as StandardScaler.transform)."""
+        return [
+            0.0 if v is None else (v - m) / s
+            for v, m, s in zip(values, self._mean_list, self._scale_list, strict=True)
+        ]
+
+    def _fit_cold(self, z: np.ndarray, y: np.ndarray) -> None:
+        """Fit the cold-start OLS in standardised space (scikit-learn LinearRegression)."""
+        self.cold_ = LinearRegression().fit(z, y)
+        self._set_cold_theta()
+
+    def _set_cold_theta(self) -> None:
+        """Cache the cold model as θ = [bias, coef] in PA units, and the scaler as lists for the hot path."""
+        theta = np.concatenate([[self.cold_.intercept_], self.cold_.coef_]) / self.y_scale_
+        self._theta_cold = theta
+        self._fast_cold = theta.tolist()
+        self._mean_list = self.scaler_.mean_.tolist()
+        self._scale_list = self.scaler_.scale_.tolist()
+
+    def _make_template(self) -> None:
+        """The unfitted PA-I regressor every device model clones (ε in PA units)."""
+        self.pa_template_ = SGDRegressor(
+            loss="epsilon_insensitive",
+            penalty=None,
+            learning_rate="pa1",
+            eta0=self.C,
+            epsilon=self.epsilon / self.y_scale_,
+            fit_intercept=False,
+            shuffle=False,
+            random_state=0,
+        )
+
+    def _pa_from_coef(self, theta: np.ndarray, t: float) -> SGDRegressor:
+        """A PA regressor that continues from θ (bootstrap from the cold start, or restore from state)."""
+        reg = clone(self.pa_template_)
+        reg.coef_ = np.ascontiguousarray(theta, dtype=np.float64).copy()
+        reg.intercept_ = np.zeros(1)
+        reg.t_ = float(t)
+        reg.n_features_in_ = theta.shape[0]
+        return reg
+
+    def _theta(self, device_model: str | None) -> np.ndarray:
+        """θ of the personal model if any, else of the cold start."""
+        reg = self.models_.get(device_model) if device_model is not None else None
+        return self._theta_cold if reg is None else reg.coef_
+
+    def _partial_fit_z(self, z: np.ndarray, y: np.ndarray, device_model: str) -> SlopeRegressor:
+        """PA-update ``device_model`` on standardised rows z; remember the pairs for cold-start refits."""
+        if not isinstance(device_model, str):
+            raise TypeError(f"device_model must be a str, got {type(device_model).__name__}")
+        y = np.asarray(y, dtype=np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError("slopes must be finite")
+        reg = self.models_.get(device_model)
+        if reg is None:
+            reg = self.models_[device_model] = self._pa_from_coef(self._theta_cold, 1.0)
+            self.n_updates_[device_model] = 0
+        reg.partial_fit(_augment(z), y / self.y_scale_)
+        self.n_updates_[device_model] += len(y)
+        self._fast_personal[device_model] = reg.coef_.tolist()
+        for row, alpha in zip(z, y, strict=True):
+            self.pairs_.append((tuple(row.tolist()), float(alpha)))
+        return self

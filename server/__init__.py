@@ -1,0 +1,1 @@
+"""The Fleet coordinator: a plain core (tasks, strategies, storage) and a thin FastAPI layer over it."""

@@ -1,0 +1,64 @@
+"""Administration: push a model, steer training, read the figures. Every route needs the admin token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from models.manifest import Bundle, read_zip
+from server.api.deps import CoordinatorDep, require_admin
+from server.api.routes.models import model_out
+from server.api.schemas import EvaluationOut, ModelOut, StopCriterion
+
+router = APIRouter(prefix="/admin", tags=["admin"])
+AdminOnly = Depends(require_admin)
+
+
+@router.post("/models", status_code=status.HTTP_201_CREATED, response_model=ModelOut)
+async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
+    """Upload an export bundle (multipart part ``bundle``: a zip); it becomes the model that trains."""
+    try:
+        form = await request.form(max_files=1, max_fields=1, max_part_size=request.app.state.max_body_bytes)
+    except Exception as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}") from exc
+    try:
+        part = form.get("bundle")
+        if not isinstance(part, UploadFile):
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "multipart file part 'bundle' is missing")
+        data = await part.read()
+    finally:
+        await form.close()
+    try:
+        bundle = Bundle.from_files(read_zip(data))
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid bundle: {exc}") from exc
+    return model_out(await run_in_threadpool(coordinator.add_model, bundle))
+
+
+@router.post("/training/pause", status_code=status.HTTP_204_NO_CONTENT)
+def pause(coordinator: CoordinatorDep) -> None:
+    coordinator.pause()
+
+
+@router.post("/training/resume", status_code=status.HTTP_204_NO_CONTENT)
+def resume(coordinator: CoordinatorDep) -> None:
+    coordinator.resume()
+
+
+@router.put("/training/stop", status_code=status.HTTP_204_NO_CONTENT)
+def stop_criterion(body: StopCriterion, coordinator: CoordinatorDep) -> None:
+    coordinator.set_stop(target_accuracy=body.target_accuracy, max_versions=body.max_versions)
+
+
+@router.get("/stats")
+def stats(coordinator: CoordinatorDep) -> dict[str, Any]:
+    return coordinator.stats()
+
+
+@router.get("/evaluations", response_model=list[EvaluationOut])
+def evaluations(coordinator: CoordinatorDep, model_id: str | None = None) -> list[EvaluationOut]:
+    model_id = model_id or (coordinator.run.model_id if coordinator.run else None)
+    return [EvaluationOut(**e) for e in coordinator.evaluations(model_id)] if model_id else []

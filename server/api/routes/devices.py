@@ -1,0 +1,21 @@
+"""Enrollment: an enrollment key buys a device identity and a bearer token."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+
+from server.api.deps import CoordinatorDep
+from server.api.schemas import EnrollIn, EnrollOut
+
+router = APIRouter(prefix="/devices", tags=["devices"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=EnrollOut)
+async def enroll(body: EnrollIn, request: Request, coordinator: CoordinatorDep) -> EnrollOut:
+    if not secrets.compare_digest(body.enrollment_key.encode(), request.app.state.enrollment_key.encode()):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong enrollment key")
+    device, token = await run_in_threadpool(coordinator.enroll, body.device_model)
+    return EnrollOut(device_id=device.device_id, token=token)

@@ -1,0 +1,85 @@
+"""Models: list them, pull a version's parameters (immutable, cacheable), graphs, inference export."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+
+from server.api.deps import CoordinatorDep
+from server.api.schemas import ModelOut, VersionOut
+from server.core.catalog import ModelInfo
+from server.core.errors import NotFound
+from server.core.inference_export import bake_weights
+
+router = APIRouter(prefix="/models", tags=["models"])
+OCTET = "application/octet-stream"
+IMMUTABLE = "public, max-age=31536000, immutable"
+
+
+def model_out(info: ModelInfo) -> ModelOut:
+    return ModelOut(**{**info.__dict__, "input_shape": list(info.input_shape)})
+
+
+@router.get("", response_model=list[ModelOut])
+def list_models(coordinator: CoordinatorDep) -> list[ModelOut]:
+    return [model_out(i) for i in coordinator.catalog.list()]
+
+
+@router.get("/active", response_model=ModelOut)
+def active_model(coordinator: CoordinatorDep) -> ModelOut:
+    for info in coordinator.catalog.list():
+        if info.active:
+            return model_out(info)
+    raise NotFound("no model is active")
+
+
+@router.get("/{model_id}", response_model=ModelOut)
+def get_model(model_id: str, coordinator: CoordinatorDep) -> ModelOut:
+    for info in coordinator.catalog.list():
+        if info.model_id == model_id:
+            return model_out(info)
+    raise NotFound(f"no model {model_id!r}")
+
+
+@router.get("/{model_id}/manifest")
+def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
+    return Response(coordinator.catalog.row(model_id).manifest, media_type="application/json",
+                    headers={"Cache-Control": IMMUTABLE})
+
+
+@router.get("/{model_id}/graphs/{graph}.onnx")
+def graph(model_id: str, graph: str, coordinator: CoordinatorDep) -> Response:
+    row = coordinator.catalog.row(model_id)
+    if graph not in ("train", "infer"):
+        raise NotFound("graphs are train.onnx and infer.onnx")
+    data = row.train_onnx if graph == "train" else row.infer_onnx
+    return Response(data, media_type=OCTET, headers={"Cache-Control": IMMUTABLE})
+
+
+@router.get("/{model_id}/versions", response_model=list[VersionOut])
+def versions(model_id: str, coordinator: CoordinatorDep) -> list[VersionOut]:
+    return [VersionOut(version=v, created_at=t) for v, t in coordinator.catalog.versions(model_id)]
+
+
+@router.get("/{model_id}/versions/{version}/params", response_class=Response,
+            responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}})
+def params(model_id: str, version: int, coordinator: CoordinatorDep,
+           if_none_match: str | None = Header(None)) -> Response:
+    etag = f'"{model_id}:{version}"'
+    headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
+    if if_none_match == etag:
+        coordinator.catalog.row(model_id)
+        return Response(status_code=304, headers=headers)
+    return Response(coordinator.catalog.params_bytes(model_id, version), media_type=OCTET, headers=headers)
+
+
+@router.get("/{model_id}/inference.onnx", response_class=Response, responses={200: {"content": {OCTET: {}}}})
+async def inference_model(model_id: str, coordinator: CoordinatorDep,
+                          version: int | None = Query(None, ge=0)) -> Response:
+    """The model at ``version`` (default: the newest) as one ONNX file with its weights inside."""
+    row = coordinator.catalog.row(model_id)
+    version = row.current_version if version is None else version
+    params = coordinator.catalog.params(model_id, version)
+    data = await run_in_threadpool(bake_weights, row.infer_onnx, coordinator.catalog.manifest(model_id), params)
+    return Response(data, media_type=OCTET, headers={
+        "Content-Disposition": f'attachment; filename="{model_id}-v{version}.onnx"', "Cache-Control": IMMUTABLE})

@@ -1,0 +1,367 @@
+"""The coordinator core: hands out learning tasks and applies returned gradients. No HTTP here.
+
+One model trains at a time. Every acknowledged push is committed in one transaction (task answer,
+new version, strategy and profiler state, measurement) before the in-memory model moves, so what a
+device was told survives a crash. The API, the simulator and the tests all drive this class; the
+clock is injected (wall time in server/, virtual time in sim/).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session, sessionmaker
+
+from models.manifest import Bundle, Manifest
+from server.core.admission import AdmissionController
+from server.core.catalog import Catalog, ModelInfo
+from server.core.devices import DeviceRegistry
+from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
+from server.strategies import Arrival, Strategy
+from server.store import repository as repo
+from server.store.tables import MeasurementRow, TaskRow
+
+log = logging.getLogger("fleet.server")
+
+
+@dataclass
+class TrainingRun:
+    """The active model's in-memory state: the newest parameters and how training should go on."""
+
+    model_id: str
+    manifest: Manifest
+    params: np.ndarray
+    version: int
+    status: str
+    strategy: Strategy
+    stop_accuracy: float | None = None
+    stop_versions: int | None = None
+    latest_accuracy: float | None = None
+
+
+@dataclass
+class RecentFigures:
+    """Bounded windows of what the demo and the console chart."""
+
+    staleness: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    weights: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    timings: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2000))
+    rejections: dict[str, int] = field(default_factory=dict)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        profiler: Any,
+        strategy_factory: Callable[[], Strategy],
+        admission: AdmissionController | None = None,
+        clock: Callable[[], float] = time.time,
+        lease_seconds: float = 60.0,
+        max_gradient_norm: float = 1e4,
+        version_retention: int = 200,
+        retry_after: float = 2.0,
+    ) -> None:
+        self.sessions = sessions
+        self.profiler = profiler
+        self.strategy_factory = strategy_factory
+        self.admission = admission or AdmissionController()
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.max_gradient_norm = max_gradient_norm
+        self.version_retention = version_retention
+        self.retry_after = retry_after
+        self.devices = DeviceRegistry(sessions=sessions, clock=clock)
+        self.catalog = Catalog(sessions=sessions, clock=clock)
+        self.run: TrainingRun | None = None
+        self.recent = RecentFigures()
+        self._lock = threading.RLock()
+        self._last_expiry = 0.0
+
+    # -- start-up and models -------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the active model, strategy state and profiler state from storage."""
+        with self.sessions() as session:
+            for key, state in repo.load_profiler_states(session=session).items():
+                self._load_profile(key, state)
+            self.recent.rejections = repo.counters(session=session, prefix="rejected:")
+        row = self.catalog.active_row()
+        if row is not None:
+            self._activate(row.id)
+
+    def _load_profile(self, key: str, state: dict[str, Any] | None) -> None:
+        if key == "cold" and state is not None:
+            self.profiler.load_cold_state(state)
+        elif key.startswith("device:"):
+            self.profiler.load_device_state(key.removeprefix("device:"), state)
+
+    def save_cold_profile(self) -> None:
+        """Persist the profiler's cold-start model (after a bootstrap dataset was loaded or refitted)."""
+        with self.sessions.begin() as session:
+            repo.save_profiler_state(session=session, key="cold", state=self.profiler.cold_state(), now=self.clock())
+
+    def _activate(self, model_id: str) -> None:
+        row = self.catalog.row(model_id)
+        strategy = self.strategy_factory()
+        with self.sessions() as session:
+            state = repo.load_strategy_state(session=session, model_id=model_id)
+        if state is not None:
+            strategy.load_state_dict(state)
+        params = self.catalog.params(model_id, row.current_version).astype(np.float32)
+        self.run = TrainingRun(
+            model_id=model_id, manifest=self.catalog.manifest(model_id), params=params,
+            version=row.current_version, status=row.status, strategy=strategy,
+            stop_accuracy=row.stop_accuracy, stop_versions=row.stop_versions,
+        )
+        log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
+
+    def add_model(self, bundle: Bundle, *, name: str | None = None, actor: str = "admin") -> ModelInfo:
+        with self._lock:
+            info = self.catalog.add(bundle, name=name, actor=actor)
+            self._activate(info.model_id)
+            return info
+
+    def enroll(self, device_model: str) -> tuple[Device, str]:
+        """A new device identity and its bearer token (shown once, stored hashed)."""
+        device, token = self.devices.enroll(device_model)
+        with self._lock:
+            if self.run is not None:
+                self.run.strategy.on_register(device.device_id)
+        return device, token
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def request_task(self, request: TaskRequest) -> TaskGrant | Rejection:
+        """Size the mini-batch with the profiler, ask the controller, and lease a task."""
+        with self._lock:
+            run = self.run
+            if run is None:
+                return self._reject("no_model", "no model is training", 30.0)
+            if run.status == "finished":
+                return Rejection("training_finished", 300.0, "training finished", finished=True)
+            if run.status == "paused":
+                return self._reject("paused", "training is paused", self.retry_after * 5)
+            counts = np.asarray(request.label_counts)
+            if counts.shape != (run.manifest.num_classes,) or (counts < 0).any():
+                raise InvalidInput(f"label_counts must be {run.manifest.num_classes} non-negative counts")
+            decision = self.profiler.batch_size(request.device.device_model, request.features)
+            terms = run.strategy.terms_for(device_id=request.device.device_id, label_counts=counts)
+            reason = self.admission.check(decision.batch_size, terms.similarity)
+            if reason is not None:
+                return self._reject(reason, f"request refused by the controller ({reason})", self.retry_after)
+            now = self.clock()
+            task_id = secrets.token_hex(12)
+            with self.sessions.begin() as session:
+                repo.add_task(session=session, row=TaskRow(
+                    id=task_id, model_id=run.model_id, device_id=request.device.device_id,
+                    device_model=request.device.device_model, version=run.version,
+                    batch_size=decision.batch_size, similarity=terms.similarity,
+                    features=dict(request.features), predicted_time_ms=decision.predicted_time_ms,
+                    predicted_energy=decision.predicted_energy, created_at=now,
+                    deadline=now + self.lease_seconds, status="open",
+                ))
+                if now - self._last_expiry > 30:
+                    repo.expire_tasks(session=session, now=now)
+                    self._last_expiry = now
+            self.recent.batch_sizes.append(decision.batch_size)
+            return TaskGrant(
+                task_id=task_id, model_id=run.model_id, version=run.version, batch_size=decision.batch_size,
+                lease_seconds=self.lease_seconds, lease_deadline=now + self.lease_seconds,
+                slo_time_ms=float(self.profiler.time_slo_ms), predicted_time_ms=decision.predicted_time_ms,
+                similarity=terms.similarity, dp=terms.extra.get("dp"),
+            )
+
+    def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
+        self.recent.rejections[reason] = self.recent.rejections.get(reason, 0) + 1
+        with self.sessions.begin() as session:
+            repo.bump_counter(session=session, name=f"rejected:{reason}")
+        return Rejection(reason, retry_after, detail)
+
+    def submit(self, device: Device, task_id: str, result: TaskResult) -> PushOutcome:
+        """Validate a task's gradient, weigh it with the strategy, maybe step, and commit durably."""
+        with self._lock:
+            with self.sessions() as session:
+                task = repo.get_task(session=session, task_id=task_id)
+            if task is None:
+                raise NotFound(f"no task {task_id!r}")
+            if task.device_id != device.device_id:
+                raise Forbidden("this task belongs to another device")
+            if task.status == "applied":
+                if task.digest == result.digest and task.outcome is not None:
+                    return PushOutcome(**task.outcome, duplicate=True)
+                raise Conflict("this task was already answered with a different body")
+            now = self.clock()
+            run = self.run
+            if task.status == "expired" or now > task.deadline:
+                raise Gone("the task's lease expired")
+            if run is None or run.model_id != task.model_id or run.status == "finished":
+                raise Gone("the task's model is no longer training")
+            self._validate(run.manifest, result)
+            staleness = run.version - task.version
+            arrival = Arrival(
+                task_id=task_id, device_id=device.device_id, base_version=task.version, staleness=staleness,
+                gradient=result.gradient, label_counts=result.label_counts, batch_size=result.batch_size,
+                loss=result.loss, received_at=now,
+            )
+            saved_strategy = run.strategy.state_dict()
+            saved_profile = self.profiler.device_state(device.device_model)
+            try:
+                return self._apply(run, task, arrival, result, now)
+            except Exception:
+                run.strategy.load_state_dict(saved_strategy)
+                self._load_profile(f"device:{device.device_model}", saved_profile)
+                raise
+
+    def _apply(self, run: TrainingRun, task: TaskRow, arrival: Arrival, result: TaskResult, now: float
+               ) -> PushOutcome:
+        weight = run.strategy.receive(arrival)
+        new_params = run.strategy.aggregate(run.params) if run.strategy.ready(now) else None
+        version = run.version + (new_params is not None)
+        outcome = PushOutcome(task.id, arrival.staleness, weight, version, applied=new_params is not None)
+        self.profiler.observe(task.device_model, task.features, result.batch_size, result.compute_time_ms,
+                              result.energy)
+        with self.sessions.begin() as session:
+            repo.answer_task(session=session, task_id=task.id, digest=result.digest, outcome=outcome.to_dict(),
+                             staleness=arrival.staleness, weight=weight, now=now)
+            repo.add_measurement(session=session, row=MeasurementRow(
+                task_id=task.id, device_model=task.device_model, batch_size=result.batch_size,
+                compute_time_ms=result.compute_time_ms, predicted_time_ms=task.predicted_time_ms,
+                energy=result.energy, predicted_energy=task.predicted_energy, loss=result.loss, at=now,
+            ))
+            if new_params is not None:
+                repo.save_version(session=session, model_id=run.model_id, version=version,
+                                  params=new_params.astype("<f4").tobytes(), now=now,
+                                  retention=self.version_retention)
+            repo.save_strategy_state(session=session, model_id=run.model_id, state=run.strategy.state_dict(),
+                                     now=now)
+            repo.save_profiler_state(session=session, key=f"device:{task.device_model}",
+                                     state=self.profiler.device_state(task.device_model), now=now)
+        if new_params is not None:
+            run.params, run.version = new_params, version
+            self.catalog.remember(run.model_id, version, new_params.astype("<f4").tobytes())
+            if run.stop_versions is not None and version >= run.stop_versions:
+                self._set_status("finished", actor="criterion")
+        self.recent.staleness.append(arrival.staleness)
+        self.recent.weights.append(weight)
+        if task.predicted_time_ms is not None:
+            self.recent.timings.append((task.predicted_time_ms, result.compute_time_ms))
+        return outcome
+
+    def _validate(self, manifest: Manifest, result: TaskResult) -> None:
+        gradient = result.gradient
+        if gradient.shape != (manifest.num_params,):
+            raise InvalidInput(f"gradient must hold {manifest.num_params} float32 values, got {gradient.size}")
+        if not np.isfinite(gradient).all():
+            raise InvalidInput("gradient contains NaN or Inf")
+        norm = float(np.linalg.norm(gradient))
+        if norm > self.max_gradient_norm:
+            raise InvalidInput(f"gradient norm {norm:.3g} exceeds the bound {self.max_gradient_norm:.3g}")
+        counts = result.label_counts
+        if counts.shape != (manifest.num_classes,) or (counts < 0).any():
+            raise InvalidInput(f"label_counts must be {manifest.num_classes} non-negative counts")
+        if result.batch_size < 1 or int(counts.sum()) != result.batch_size:
+            raise InvalidInput("label_counts must sum to batch_size (>= 1)")
+        if not np.isfinite(result.loss) or not np.isfinite(result.compute_time_ms) or result.compute_time_ms < 0:
+            raise InvalidInput("loss and compute_time_ms must be finite (time >= 0)")
+        if result.energy is not None and (not np.isfinite(result.energy) or result.energy < 0):
+            raise InvalidInput("energy must be finite and >= 0")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _set_status(self, status: str, *, actor: str = "admin") -> None:
+        run = self._require_run()
+        run.status = status
+        with self.sessions.begin() as session:
+            repo.set_model_fields(session=session, model_id=run.model_id, status=status)
+            repo.audit(session=session, actor=actor, action=f"status:{status}",
+                       detail={"model_id": run.model_id, "version": run.version}, now=self.clock())
+        log.info("model %s is now %s at version %d", run.model_id, status, run.version)
+
+    def _require_run(self) -> TrainingRun:
+        if self.run is None:
+            raise NotFound("no model is training")
+        return self.run
+
+    def pause(self) -> None:
+        with self._lock:
+            if self._require_run().status == "training":
+                self._set_status("paused")
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._require_run().status == "paused":
+                self._set_status("training")
+
+    def set_stop(self, *, target_accuracy: float | None, max_versions: int | None) -> None:
+        """Training finishes once an evaluation reaches ``target_accuracy`` or the version count is reached."""
+        with self._lock:
+            run = self._require_run()
+            run.stop_accuracy, run.stop_versions = target_accuracy, max_versions
+            with self.sessions.begin() as session:
+                repo.set_model_fields(session=session, model_id=run.model_id, stop_accuracy=target_accuracy,
+                                      stop_versions=max_versions)
+                repo.audit(session=session, actor="admin", action="stop_criterion",
+                           detail={"target_accuracy": target_accuracy, "max_versions": max_versions},
+                           now=self.clock())
+            if max_versions is not None and run.version >= max_versions and run.status != "finished":
+                self._set_status("finished", actor="criterion")
+
+    def snapshot(self) -> Snapshot | None:
+        with self._lock:
+            run = self.run
+            return None if run is None else Snapshot(run.model_id, run.version, run.params.copy())
+
+    def record_evaluation(self, model_id: str, version: int, accuracy: float, loss: float) -> None:
+        with self._lock:
+            with self.sessions.begin() as session:
+                repo.add_evaluation(session=session, model_id=model_id, version=version, accuracy=accuracy,
+                                    loss=loss, now=self.clock())
+            run = self.run
+            if run is None or run.model_id != model_id:
+                return
+            run.latest_accuracy = accuracy
+            if run.stop_accuracy is not None and accuracy >= run.stop_accuracy and run.status != "finished":
+                self._set_status("finished", actor="criterion")
+
+    # -- figures -------------------------------------------------------------------------------
+    def evaluations(self, model_id: str) -> list[dict[str, float]]:
+        with self.sessions() as session:
+            rows = repo.evaluations(session=session, model_id=model_id)
+        return [{"version": r.version, "accuracy": r.accuracy, "loss": r.loss, "at": r.at} for r in rows]
+
+    def stats(self) -> dict[str, Any]:
+        """The figures of the demo's summary and the console."""
+        with self._lock:
+            run = self.run
+            staleness = np.array(self.recent.staleness or [0])
+            sizes = np.array(self.recent.batch_sizes or [0])
+            timings = np.array(self.recent.timings or [(0.0, 0.0)])
+            latest = self.evaluations(run.model_id)[-1:] if run else []
+            return {
+                "model_id": run.model_id if run else None,
+                "status": run.status if run else "no_model",
+                "version": run.version if run else 0,
+                "accuracy": latest[0]["accuracy"] if latest else None,
+                "evaluated_version": latest[0]["version"] if latest else None,
+                "devices": self.devices.count(),
+                "strategy": run.strategy.describe() if run else None,
+                "staleness_p50": float(np.percentile(staleness, 50)),
+                "staleness_p99": float(np.percentile(staleness, 99)),
+                "weight_mean": float(np.mean(self.recent.weights)) if self.recent.weights else None,
+                "batch_size_min": int(sizes.min()), "batch_size_p50": float(np.percentile(sizes, 50)),
+                "batch_size_max": int(sizes.max()),
+                "rejections": dict(self.recent.rejections),
+                "predicted_time_ms_p50": float(np.percentile(timings[:, 0], 50)),
+                "measured_time_ms_p50": float(np.percentile(timings[:, 1], 50)),
+                "time_abs_error_ms_p90": float(np.percentile(np.abs(timings[:, 1] - timings[:, 0]), 90)),
+                "tasks_measured": len(self.recent.timings),
+            }

@@ -1,0 +1,59 @@
+"""Server-side evaluation off the push path: a thread that scores new versions every N versions or T s."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from server.core.coordinator import Coordinator
+from server.core.evaluation import Evaluator
+
+log = logging.getLogger("fleet.server")
+
+
+class EvaluationLoop(threading.Thread):
+    """Evaluates the newest version when ``every_versions`` passed or ``interval_s`` elapsed with progress."""
+
+    def __init__(self, coordinator: Coordinator, make_evaluator: Callable[[str], Evaluator], *,
+                 every_versions: int, interval_s: float, poll_s: float = 0.2,
+                 on_result: Callable[[str, int, float, float], None] | None = None) -> None:
+        super().__init__(name="fleet-evaluation", daemon=True)
+        self.coordinator = coordinator
+        self.make_evaluator = make_evaluator
+        self.every_versions = every_versions
+        self.interval_s = interval_s
+        self.poll_s = poll_s
+        self.on_result = on_result
+        self.stopped = threading.Event()
+        self._evaluators: dict[str, Evaluator] = {}
+
+    def run(self) -> None:
+        last: dict[str, int] = {}
+        waited = 0.0
+        while not self.stopped.wait(self.poll_s):
+            waited += self.poll_s
+            snapshot = self.coordinator.snapshot()
+            if snapshot is None:
+                continue
+            previous = last.get(snapshot.model_id)
+            due = previous is None or snapshot.version - previous >= self.every_versions or (
+                waited >= self.interval_s and snapshot.version != previous
+            )
+            if not due:
+                continue
+            try:
+                evaluator = self._evaluators.get(snapshot.model_id)
+                if evaluator is None:
+                    evaluator = self._evaluators[snapshot.model_id] = self.make_evaluator(snapshot.model_id)
+                accuracy, loss = evaluator.evaluate(snapshot.params)
+                self.coordinator.record_evaluation(snapshot.model_id, snapshot.version, accuracy, loss)
+                if self.on_result is not None:
+                    self.on_result(snapshot.model_id, snapshot.version, accuracy, loss)
+            except Exception:  # an evaluation failure must never stop training
+                log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)
+            last[snapshot.model_id] = snapshot.version
+            waited = 0.0
+
+    def stop(self) -> None:
+        self.stopped.set()

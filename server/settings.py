@@ -1,0 +1,80 @@
+"""All coordinator settings in one typed class (environment variables FLEET_*, or a .env file)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FLEET_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Path("var")
+    database_url: str = ""  # default: sqlite:///<data_dir>/fleet.db
+    enrollment_key: SecretStr | None = None  # default: generated once into <data_dir>/secrets.json
+    admin_token: SecretStr | None = None
+
+    # model and strategy
+    initial_model: str | None = "mnist_cnn"  # built-in model to train when the database holds none
+    strategy: Literal["adasgd", "dynsgd", "fedavg-async"] = "adasgd"
+    learning_rate: float = Field(0.05, gt=0)
+    k: int = Field(1, ge=1)
+    time_window: float | None = None
+    percentile: float = Field(99.7, gt=0, le=100)
+    bootstrap: int = Field(100, ge=0)
+    staleness_cap: bool = True
+    boost_floor: float = Field(0.1, gt=0, le=1)
+    boost_scope: Literal["all", "stragglers", "none"] = "all"
+    global_counts: Literal["samples", "weighted"] = "samples"
+
+    # controller and profiler
+    size_drop: float = Field(0.0, ge=0, lt=1)
+    similarity_drop: float = Field(0.0, ge=0, lt=1)
+    time_slo_ms: float = Field(1000.0, gt=0)
+    energy_slo: float | None = None
+    min_batch: int = Field(1, ge=1)
+    max_batch: int = Field(1000, ge=1)
+    profiler_bootstrap: Path | None = None
+
+    # protocol limits
+    lease_seconds: float = Field(60.0, gt=0)
+    max_gradient_norm: float = Field(1e4, gt=0)
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    version_retention: int = Field(200, ge=1)
+    rate_limit_per_second: float = Field(10.0, gt=0)
+    rate_limit_burst: int = Field(30, ge=1)
+
+    # evaluation and stop criterion
+    eval_data: Path | None = None  # npz with x (N, ...) and y (N,)
+    eval_every_versions: int = Field(50, ge=1)
+    eval_interval_s: float = Field(5.0, gt=0)
+    target_accuracy: float | None = None
+    max_versions: int | None = None
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'fleet.db'}"
+
+    def secrets(self) -> tuple[str, str]:
+        """(enrollment key, admin token): from the environment, else generated once and kept private."""
+        path = self.data_dir / "secrets.json"
+        stored: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+        enrollment = self.enrollment_key.get_secret_value() if self.enrollment_key else stored.get("enrollment_key")
+        admin = self.admin_token.get_secret_value() if self.admin_token else stored.get("admin_token")
+        if enrollment is None or admin is None:
+            enrollment = enrollment or secrets.token_urlsafe(24)
+            admin = admin or secrets.token_urlsafe(24)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(json.dumps({"enrollment_key": enrollment, "admin_token": admin}))
+        return enrollment, admin
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,190 @@
+"""Data functions: keyword-only, take a session, return rows or plain values; no HTTP, no engines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from server.store.codec import decode_state, encode_state
+from server.store.tables import (
+    AuditRow,
+    CounterRow,
+    DeviceRow,
+    EvaluationRow,
+    MeasurementRow,
+    ModelRow,
+    ProfilerRow,
+    StrategyRow,
+    TaskRow,
+    VersionRow,
+)
+
+
+# -- devices ---------------------------------------------------------------------------------------
+def add_device(*, session: Session, device_id: str, device_model: str, token_hash: str, now: float) -> None:
+    session.add(
+        DeviceRow(id=device_id, device_model=device_model, token_hash=token_hash, created_at=now, last_seen=now)
+    )
+
+
+def device_by_token(*, session: Session, token_hash: str) -> DeviceRow | None:
+    return session.scalar(select(DeviceRow).where(DeviceRow.token_hash == token_hash))
+
+
+def count_devices(*, session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(DeviceRow)) or 0)
+
+
+# -- models and versions ---------------------------------------------------------------------------
+def add_model(*, session: Session, row: ModelRow, init_params: bytes) -> None:
+    session.execute(update(ModelRow).values(active=False))
+    session.add(row)
+    session.flush()
+    session.add(VersionRow(model_id=row.id, version=0, params=init_params, created_at=row.created_at))
+
+
+def active_model(*, session: Session) -> ModelRow | None:
+    return session.scalar(select(ModelRow).where(ModelRow.active.is_(True)))
+
+
+def get_model(*, session: Session, model_id: str) -> ModelRow | None:
+    return session.get(ModelRow, model_id)
+
+
+def list_models(*, session: Session) -> list[ModelRow]:
+    return list(session.scalars(select(ModelRow).order_by(ModelRow.created_at)))
+
+
+def get_version(*, session: Session, model_id: str, version: int) -> bytes | None:
+    row = session.get(VersionRow, (model_id, version))
+    return None if row is None else row.params
+
+
+def list_versions(*, session: Session, model_id: str) -> list[tuple[int, float]]:
+    rows = session.execute(
+        select(VersionRow.version, VersionRow.created_at)
+        .where(VersionRow.model_id == model_id)
+        .order_by(VersionRow.version)
+    )
+    return [(int(v), float(t)) for v, t in rows]
+
+
+def save_version(
+    *, session: Session, model_id: str, version: int, params: bytes, now: float, retention: int
+) -> None:
+    """Store a new version, advance the model, and drop versions past the retention window (keep 0)."""
+    session.add(VersionRow(model_id=model_id, version=version, params=params, created_at=now))
+    session.execute(update(ModelRow).where(ModelRow.id == model_id).values(current_version=version))
+    session.execute(
+        delete(VersionRow).where(
+            VersionRow.model_id == model_id, VersionRow.version > 0, VersionRow.version <= version - retention
+        )
+    )
+
+
+def set_model_fields(*, session: Session, model_id: str, **fields: Any) -> None:
+    session.execute(update(ModelRow).where(ModelRow.id == model_id).values(**fields))
+
+
+# -- tasks -----------------------------------------------------------------------------------------
+def add_task(*, session: Session, row: TaskRow) -> None:
+    session.add(row)
+
+
+def get_task(*, session: Session, task_id: str) -> TaskRow | None:
+    return session.get(TaskRow, task_id)
+
+
+def expire_tasks(*, session: Session, now: float) -> int:
+    result = session.execute(
+        update(TaskRow).where(TaskRow.status == "open", TaskRow.deadline < now).values(status="expired")
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def answer_task(
+    *, session: Session, task_id: str, digest: str, outcome: dict[str, Any], staleness: int, weight: float, now: float
+) -> None:
+    session.execute(
+        update(TaskRow)
+        .where(TaskRow.id == task_id)
+        .values(status="applied", digest=digest, outcome=outcome, staleness=staleness, weight=weight, answered_at=now)
+    )
+
+
+def recent_tasks(*, session: Session, model_id: str, limit: int) -> list[TaskRow]:
+    return list(
+        session.scalars(
+            select(TaskRow)
+            .where(TaskRow.model_id == model_id, TaskRow.status == "applied")
+            .order_by(TaskRow.answered_at.desc())
+            .limit(limit)
+        )
+    )
+
+
+# -- measurements, evaluations, counters, audit ----------------------------------------------------
+def add_measurement(*, session: Session, row: MeasurementRow) -> None:
+    session.add(row)
+
+
+def recent_measurements(*, session: Session, limit: int) -> list[MeasurementRow]:
+    return list(session.scalars(select(MeasurementRow).order_by(MeasurementRow.id.desc()).limit(limit)))
+
+
+def add_evaluation(
+    *, session: Session, model_id: str, version: int, accuracy: float, loss: float, now: float
+) -> None:
+    session.add(EvaluationRow(model_id=model_id, version=version, accuracy=accuracy, loss=loss, at=now))
+
+
+def evaluations(*, session: Session, model_id: str) -> list[EvaluationRow]:
+    return list(
+        session.scalars(select(EvaluationRow).where(EvaluationRow.model_id == model_id).order_by(EvaluationRow.id))
+    )
+
+
+def bump_counter(*, session: Session, name: str, by: int = 1) -> None:
+    row = session.get(CounterRow, name)
+    if row is None:
+        session.add(CounterRow(name=name, value=by))
+    else:
+        row.value += by
+
+
+def counters(*, session: Session, prefix: str = "") -> dict[str, int]:
+    rows = session.scalars(select(CounterRow).where(CounterRow.name.startswith(prefix)))
+    return {r.name.removeprefix(prefix): r.value for r in rows}
+
+
+def audit(*, session: Session, actor: str, action: str, detail: dict[str, Any], now: float) -> None:
+    session.add(AuditRow(at=now, actor=actor, action=action, detail=detail))
+
+
+# -- strategy and profiler state -------------------------------------------------------------------
+def save_strategy_state(*, session: Session, model_id: str, state: dict[str, Any], now: float) -> None:
+    data = encode_state(state)
+    row = session.get(StrategyRow, model_id)
+    if row is None:
+        session.add(StrategyRow(model_id=model_id, state=data, updated_at=now))
+    else:
+        row.state, row.updated_at = data, now
+
+
+def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | None:
+    row = session.get(StrategyRow, model_id)
+    return None if row is None else decode_state(row.state)
+
+
+def save_profiler_state(*, session: Session, key: str, state: dict[str, Any], now: float) -> None:
+    row = session.get(ProfilerRow, key)
+    if row is None:
+        session.add(ProfilerRow(key=key, state=state, updated_at=now))
+    else:
+        row.state, row.updated_at = state, now
+
+
+def load_profiler_states(*, session: Session) -> dict[str, dict[str, Any]]:
+    return {r.key: r.state for r in session.scalars(select(ProfilerRow))}

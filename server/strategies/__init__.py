@@ -1,0 +1,24 @@
+"""Aggregation strategies behind one interface; pick one by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.strategies.adasgd import AdaSGD
+from server.strategies.base import Arrival, Strategy, TaskTerms
+from server.strategies.dynsgd import DynSGD
+from server.strategies.fedavg_async import FedAvgAsync
+
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (AdaSGD, DynSGD, FedAvgAsync)}
+
+
+def make_strategy(name: str, **params: Any) -> Strategy:
+    """Build a strategy by its registered name."""
+    try:
+        cls = STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}") from None
+    return cls(**params)
+
+
+__all__ = ["AdaSGD", "Arrival", "DynSGD", "FedAvgAsync", "STRATEGIES", "Strategy", "TaskTerms", "make_strategy"]

@@ -1,0 +1,124 @@
+"""AdaSGD (FLeet thesis §3.2.3): exponential staleness dampening plus a label-similarity boost.
+
+    w_i = min(1, Λ(τ_i) / max(boost_floor, sim_i)),   Λ(τ) = exp(−β·min(τ, τ_thres))
+
+τ_thres is the ``percentile`` of past staleness values and β makes Λ cross DynSGD's 1/(τ+1) at
+τ_thres/2. Until ``bootstrap`` staleness values were seen, Λ is DynSGD's 1/(τ+1). sim_i is the
+Bhattacharyya coefficient between the gradient's mini-batch labels and the global label distribution
+(all samples used so far, or — ``global_counts="weighted"`` — each counted with its applied weight).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Literal
+
+import numpy as np
+
+from server.strategies.base import Arrival, Strategy, TaskTerms
+from server.strategies.dampening import adasgd_beta, exp_dampening, inverse_dampening
+from server.strategies.similarity import bhattacharyya
+
+
+class AdaSGD(Strategy):
+    name = "adasgd"
+
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.05,
+        k: int = 1,
+        time_window: float | None = None,
+        percentile: float = 99.7,
+        bootstrap: int = 100,
+        window: int = 1000,
+        tau_thres: float | None = None,
+        staleness_cap: bool = True,
+        boost_floor: float = 0.1,
+        boost_scope: Literal["all", "stragglers", "none"] = "all",
+        global_counts: Literal["samples", "weighted"] = "samples",
+    ) -> None:
+        super().__init__(learning_rate=learning_rate, k=k, time_window=time_window)
+        self.percentile = percentile
+        self.bootstrap = bootstrap
+        self.window = window
+        self.tau_thres = tau_thres
+        self.staleness_cap = staleness_cap
+        self.boost_floor = boost_floor
+        self.boost_scope = boost_scope
+        self.global_counts = global_counts
+        self.staleness_seen: deque[int] = deque(maxlen=window)
+        self.label_totals: np.ndarray | None = None
+
+    # -- statistics ----------------------------------------------------------------------------
+    def current_tau_thres(self) -> float | None:
+        """The fixed τ_thres, or the percentile of past staleness; None while bootstrapping."""
+        if self.tau_thres is not None:
+            return float(self.tau_thres)
+        if len(self.staleness_seen) < self.bootstrap:
+            return None
+        return max(1.0, float(np.percentile(np.fromiter(self.staleness_seen, float), self.percentile)))
+
+    def dampening(self, tau: int) -> float:
+        """Λ(τ): DynSGD while bootstrapping, then exp(−β·τ) (τ capped at τ_thres if ``staleness_cap``)."""
+        thres = self.current_tau_thres()
+        if thres is None:
+            return inverse_dampening(tau)
+        effective = min(tau, thres) if self.staleness_cap else tau
+        return exp_dampening(effective, adasgd_beta(thres))
+
+    def similarity(self, label_counts: np.ndarray) -> float | None:
+        """BC between these labels and the global distribution; None before any gradient arrived."""
+        if self.label_totals is None or self.label_totals.sum() <= 0:
+            return None
+        return bhattacharyya(label_counts, self.label_totals)
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+        return TaskTerms(similarity=self.similarity(label_counts))
+
+    def weigh(self, arrival: Arrival) -> float:
+        tau = arrival.staleness
+        damp = self.dampening(tau)
+        weight = damp
+        sim = self.similarity(arrival.label_counts)
+        thres = self.current_tau_thres()
+        boosted = self.boost_scope == "all" or (
+            self.boost_scope == "stragglers" and thres is not None and tau > 1.5 * thres
+        )
+        if boosted and sim is not None:
+            weight = damp / max(self.boost_floor, sim)
+        weight = min(1.0, weight)
+        self.staleness_seen.append(int(tau))
+        self._count_labels(arrival.label_counts, weight)
+        return weight
+
+    def _count_labels(self, counts: np.ndarray, weight: float) -> None:
+        counts = np.asarray(counts, dtype=np.float64)
+        if self.label_totals is None:
+            self.label_totals = np.zeros_like(counts)
+        self.label_totals += counts * (weight if self.global_counts == "weighted" else 1.0)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "tau_thres": self.current_tau_thres(), "boost_scope": self.boost_scope}
+
+    # -- persistence ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "staleness_seen": list(self.staleness_seen),
+            "label_totals": None if self.label_totals is None else self.label_totals.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.staleness_seen = deque((int(t) for t in state.get("staleness_seen", [])), maxlen=self.window)
+        totals = state.get("label_totals")
+        self.label_totals = None if totals is None else np.asarray(totals, dtype=np.float64)
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaSGD(learning_rate={self.learning_rate}, k={self.k}, percentile={self.percentile}, "
+            f"staleness_cap={self.staleness_cap}, boost_floor={self.boost_floor}, "
+            f"boost_scope={self.boost_scope!r}, global_counts={self.global_counts!r})"
+        )

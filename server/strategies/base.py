@@ -1,0 +1,122 @@
+"""The one small interface every aggregation strategy implements.
+
+A strategy turns arriving gradients into model updates. It does no I/O and reads no clock: the
+coordinator passes ``now`` in, persists ``state_dict()`` with each update, and calls the hooks in
+this order: ``terms_for`` at task time, ``receive`` on each arrival, ``ready``, then ``aggregate``.
+Triggers: K gradients (``k``) or a time window since the buffer's first gradient, whichever comes first.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A validated gradient that reached the coordinator, with what a strategy may weigh it by."""
+
+    task_id: str
+    device_id: str
+    base_version: int
+    staleness: int
+    gradient: np.ndarray
+    label_counts: np.ndarray
+    batch_size: int
+    loss: float
+    received_at: float
+
+
+@dataclass(frozen=True)
+class TaskTerms:
+    """What a strategy adds to a task grant (similarity for the controller, DP parameters later)."""
+
+    similarity: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Buffered:
+    """One weighted gradient waiting for the trigger."""
+
+    task_id: str
+    weight: float
+    gradient: np.ndarray
+    received_at: float
+
+
+class Strategy(ABC):
+    """Weigh each gradient, buffer it, and step the model when the trigger fires."""
+
+    name: ClassVar[str] = "strategy"
+
+    def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
+        self.learning_rate = learning_rate
+        self.k = k
+        self.time_window = time_window
+        self.buffer: list[Buffered] = []
+        self.updates = 0
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def on_register(self, device_id: str) -> None:
+        """A device enrolled (strategies with per-device state override this)."""
+
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+        """Per-task terms handed out with a grant."""
+        return TaskTerms()
+
+    @abstractmethod
+    def weigh(self, arrival: Arrival) -> float:
+        """The weight this gradient is applied with (may update the strategy's statistics)."""
+
+    def receive(self, arrival: Arrival) -> float:
+        """Weigh and buffer one gradient; returns its weight."""
+        weight = float(self.weigh(arrival))
+        self.buffer.append(Buffered(arrival.task_id, weight, arrival.gradient, arrival.received_at))
+        return weight
+
+    def ready(self, now: float) -> bool:
+        """Whether the buffer should be applied now."""
+        if not self.buffer:
+            return False
+        if len(self.buffer) >= self.k:
+            return True
+        return self.time_window is not None and now - self.buffer[0].received_at >= self.time_window
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        """θ − γ Σ w_i G_i over the buffer, as a new array; empties the buffer."""
+        step = np.zeros_like(params)
+        for item in self.buffer:
+            step += np.float32(item.weight) * item.gradient
+        self.buffer.clear()
+        self.updates += 1
+        return params - np.float32(self.learning_rate) * step
+
+    def describe(self) -> dict[str, Any]:
+        """Current figures worth showing (τ_thres, counters)."""
+        return {"strategy": self.name, "learning_rate": self.learning_rate, "k": self.k, "updates": self.updates}
+
+    # -- persistence ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able values and numpy arrays; restored by ``load_state_dict``."""
+        return {
+            "updates": self.updates,
+            "buffer": [
+                {"task_id": b.task_id, "weight": b.weight, "received_at": b.received_at} for b in self.buffer
+            ],
+            "buffer_gradients": np.stack([b.gradient for b in self.buffer]) if self.buffer else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = int(state.get("updates", 0))
+        grads = state.get("buffer_gradients")
+        self.buffer = [
+            Buffered(b["task_id"], float(b["weight"]), np.asarray(grads[i], dtype=np.float32), b["received_at"])
+            for i, b in enumerate(state.get("buffer", []))
+        ]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(learning_rate={self.learning_rate}, k={self.k}, time_window={self.time_window})"
