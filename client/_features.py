@@ -85,7 +85,7 @@ def temperature() -> float | None:
     group = next((sensors[name] for name in _PREFERRED_SENSORS if sensors.get(name)), None)
     if group is None:
         group = next(iter(sensors.values()))
-    readings = [t.current for t in group if t.current is not None and -50.0 < t.current < 200.0]
+    readings = [t.current for t in group if t.current is not None and -50.0 <= t.current <= 150.0]
     return float(max(readings)) if readings else None
 
 

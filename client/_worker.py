@@ -23,7 +23,7 @@ from ._energy import EnergyMeter, EnergyModel, default_energy_meter
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
 from ._onnx_session import GradientComputer, GradientSession
-from ._transport import DEFAULT_TIMEOUT, ApiClient, TaskGrant, encode_multipart
+from ._transport import ApiClient, PushResult, TaskGrant, encode_multipart
 
 __all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "run_worker"]
 
@@ -62,7 +62,7 @@ class WorkerConfig:
     backoff_max: float = 60.0
     max_consecutive_errors: int | None = 5
     push_attempts: int = 3
-    timeout: float = DEFAULT_TIMEOUT.read or 60.0
+    timeout: float = 60.0
     verify: bool | str = True
     cert: str | None = None
     energy_model: EnergyModel = field(default_factory=EnergyModel)
@@ -265,7 +265,7 @@ class Worker:
             self._sessions[grant.model_id] = session
         return manifest, session
 
-    def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> Any:
+    def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
         content_type, body = encode_multipart(meta, gradient)
         for attempt in range(1, max(1, self.config.push_attempts) + 1):
             try:

@@ -30,8 +30,8 @@ TRACE_BATCH = 4  # any size > 1 so the batch dimension is not specialised
 
 def export_bundle(name: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     """Export built-in ``name`` into ``out_dir`` (the four bundle files) and return that directory."""
+    module = build(name, seed=seed).eval()  # raises KeyError naming the known models
     spec = BUILTINS[name]
-    module = build(name, seed=seed).eval()
     named = dict(module.named_parameters())
     names = list(named)
     manifest = _manifest(name, named, spec.input_shape, spec.num_classes)
@@ -141,10 +141,15 @@ def _to_onnx(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"models (default: all of {sorted(BUILTINS)})")
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"models (default: all of {sorted(BUILTINS)})"
+    )
     parser.add_argument("--out", type=Path, default=BUILTIN_DIR, help="output root (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(BUILTINS))
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(sorted(BUILTINS))}")
     for path in export_all(args.out, args.names, seed=args.seed):
         print(f"{path}: {', '.join(f'{f.name} {f.stat().st_size} B' for f in sorted(path.iterdir()))}")
 

@@ -67,7 +67,8 @@ class Manifest:
     def from_json(cls, text: str | bytes) -> Manifest:
         data = json.loads(text)
         params = tuple(
-            ParamSpec(name=p["name"], shape=tuple(p["shape"]), offset=int(p["offset"])) for p in data["params"]
+            ParamSpec(name=p["name"], shape=tuple(p["shape"]), offset=int(p["offset"]))
+            for p in data["params"]
         )
         manifest = cls(
             name=data["name"],
@@ -156,7 +157,9 @@ def read_zip(data: bytes, *, max_bytes: int = 512 * 1024 * 1024) -> dict[str, by
     except zipfile.BadZipFile as exc:
         raise ValueError("bundle is not a zip archive") from exc
     with archive:
-        infos = {Path(i.filename).name: i for i in archive.infolist() if Path(i.filename).name in BUNDLE_FILES}
+        infos = {
+            Path(i.filename).name: i for i in archive.infolist() if Path(i.filename).name in BUNDLE_FILES
+        }
         if sum(i.file_size for i in infos.values()) > max_bytes:
             raise ValueError("bundle too large")
         return {name: archive.read(info) for name, info in infos.items()}

@@ -19,7 +19,7 @@ FeatureRows = Sequence[Mapping[str, Any]] | np.ndarray
 
 
 def as_matrix(rows: FeatureRows, names: Sequence[str] = ENERGY_FEATURES) -> np.ndarray:
-    """Turn feature dicts (or an array) into a float matrix with NaN for missing values, so None is imputed later.
+    """Turn feature dicts (or an array) into a float matrix, NaN marking a missing value to impute.
 
     A 2D array must have its columns in ``ENERGY_FEATURES`` order; it may stop after any prefix of it
     (e.g. the four ``FEATURES``), the absent columns being missing.

@@ -111,7 +111,7 @@ class IProf(BaseEstimator):
 
         ``features`` is a list of feature dicts or a 2D array with ENERGY_FEATURES columns (a prefix
         of them is allowed when there are no energy slopes). Rows whose energy slope is None/NaN only
-        train the time model.
+        train the time model. Refitting forgets every personal model.
         """
         self._validate_hyperparameters()
         x = as_matrix(features, ENERGY_FEATURES)
@@ -150,7 +150,10 @@ class IProf(BaseEstimator):
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
                 n = len(data["time_slope_ms"])
-                cols = {c: np.asarray(data[c], dtype=np.float64) if c in data else np.full(n, np.nan) for c in columns}
+                cols = {
+                    c: np.asarray(data[c], dtype=np.float64) if c in data else np.full(n, np.nan)
+                    for c in columns
+                }
         elif path.suffix == ".csv":
             with path.open(newline="") as fh:
                 rows = list(csv.DictReader(fh))
@@ -209,7 +212,9 @@ class IProf(BaseEstimator):
         if not math.isfinite(time_ms):
             raise ValueError(f"time_ms must be finite, got {time_ms}")
         values = row_values(features, ENERGY_FEATURES)
-        self.time_.observe_one(values[: len(FEATURES)], (time_ms - self.intercept_ms) / batch_size, device_model)
+        self.time_.observe_one(
+            values[: len(FEATURES)], (time_ms - self.intercept_ms) / batch_size, device_model
+        )
         if energy is not None and math.isfinite(energy):
             self.energy_.observe_one(values, (energy - self.energy_intercept) / batch_size, device_model)
         self.n_observed_ += 1
@@ -243,7 +248,10 @@ class IProf(BaseEstimator):
     def device_state(self, device_model: str) -> dict[str, Any]:
         """JSON-serialisable personal models (coefficients, update counts) of one device model."""
         check_is_fitted(self)
-        return {"time": self.time_.device_state(device_model), "energy": self.energy_.device_state(device_model)}
+        return {
+            "time": self.time_.device_state(device_model),
+            "energy": self.energy_.device_state(device_model),
+        }
 
     def load_device_state(self, device_model: str, state: Mapping[str, Any]) -> IProf:
         """Restore one device model's personal models saved by ``device_state``."""

@@ -70,7 +70,9 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
             raise ValueError("slopes must be finite")
         empty = np.all(np.isnan(X), axis=0)
         if empty.any():
-            raise ValueError(f"feature columns {np.flatnonzero(empty).tolist()} have no values to standardise")
+            raise ValueError(
+                f"feature columns {np.flatnonzero(empty).tolist()} have no values to standardise"
+            )
         positive = y[y > 0]
         if positive.size == 0:
             raise ValueError("the bootstrap data has no positive slope to learn the floor from")
@@ -89,7 +91,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def partial_fit(self, X: Any, y: Any, *, device_model: str) -> SlopeRegressor:
-        """Update ``device_model``'s PA model with each (x, α) in order, bootstrapping it from the cold start."""
+        """PA-update ``device_model``'s model with each (x, α) in order (bootstrapped from the cold start)."""
         check_is_fitted(self)
         X, y = validate_data(
             self, X, y, ensure_all_finite="allow-nan", y_numeric=True, dtype=np.float64, reset=False
@@ -117,7 +119,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
 
     # --------------------------------------------------------------- predicting
     def predict(self, X: Any, *, device_model: str | None = None) -> np.ndarray:
-        """Predict α (floored at ``alpha_floor_``) with the device model's personal model, else the cold one."""
+        """Predict α (floored at ``alpha_floor_``) by the device model's own model, else the cold start."""
         check_is_fitted(self)
         X = validate_data(self, X, ensure_all_finite="allow-nan", dtype=np.float64, reset=False)
         z = _augment(self._impute(self.scaler_.transform(X)))
@@ -129,7 +131,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         return device_model in self.models_
 
     def predict_one(self, values: list[float | None], device_model: str | None) -> tuple[float, bool]:
-        """Hot path for one request: (floored α̂, personal?) from raw feature values, without sklearn validation."""
+        """Hot path for one request: (floored α̂, personal?) from raw feature values, no sklearn validation."""
         z = self._standardise_one(values)
         theta = self._fast_personal.get(device_model) if device_model is not None else None
         personal = theta is not None
@@ -217,6 +219,12 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         self.n_updates_[device_model] = int(state["n_updates"])
         self._fast_personal[device_model] = list(state["coef"])
         return self
+
+    def __sklearn_tags__(self) -> Any:
+        """Declare that NaN (an unreadable feature) is accepted and imputed."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = True
+        return tags
 
     # ------------------------------------------------------------------ private
     def _validate_hyperparameters(self) -> None:

@@ -58,8 +58,9 @@ def test_output_mask_skips_unrequested_gradients() -> None:
     grad_out = torch.randn(2, 4, 6, 6)
     got = convolution_backward(grad_out, x, w, None, [1], [0], [1], False, [0], 1, [False, True, False])
     assert got[0] is None and got[2] is None
-    expected = aten.convolution_backward(grad_out, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
-                                         [False, True, False])
+    expected = aten.convolution_backward(
+        grad_out, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [False, True, False]
+    )
     torch.testing.assert_close(got[1], expected[1])
 
 
@@ -78,9 +79,9 @@ def test_traced_cnn_gradient_has_no_convolution_backward() -> None:
     def loss(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return torch.func.functional_call(conv, p, (x,)).square().mean()
 
-    graph = make_fx(torch.func.grad(loss), tracing_mode="symbolic", decomposition_table=training_decompositions())(
-        {k: v.detach() for k, v in params.items()}, torch.randn(3, 2, 9, 9)
-    )
+    graph = make_fx(
+        torch.func.grad(loss), tracing_mode="symbolic", decomposition_table=training_decompositions()
+    )({k: v.detach() for k, v in params.items()}, torch.randn(3, 2, 9, 9))
     targets = {str(node.target) for node in graph.graph.nodes if node.op == "call_function"}
     assert not any("convolution_backward" in t for t in targets)
     assert any("convolution" in t for t in targets)
