@@ -17,8 +17,10 @@ app.add_typer(data_app, name="data")
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
 
 
 @app.command()
@@ -33,9 +35,15 @@ def serve(
     import uvicorn
 
     _logging(True)
-    uvicorn.run("server.api.app:create_app", factory=True, host=host, port=port, log_level=log_level,
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-                ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    uvicorn.run(
+        "server.api.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_level=log_level,
+        ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+    )
 
 
 @app.command()
@@ -59,14 +67,22 @@ def worker(
         raise typer.BadParameter("give --enrollment-key or set FLEET_ENROLLMENT_KEY")
     options = {"device_model": device_model} if device_model else {}
     config = WorkerConfig(
-        base_url=server, enrollment_key=enrollment_key, data=data, threads=threads,
-        min_ms_per_sample=min_ms_per_sample, max_tasks=max_tasks, max_seconds=max_seconds,
-        verify=str(ca_bundle) if ca_bundle else True, **options,
+        base_url=server,
+        enrollment_key=enrollment_key,
+        data=data,
+        threads=threads,
+        min_ms_per_sample=min_ms_per_sample,
+        max_tasks=max_tasks,
+        max_seconds=max_seconds,
+        verify=str(ca_bundle) if ca_bundle else True,
+        **options,
     )
 
     def report(r: object) -> None:
-        typer.echo(f"task v{r.version} L={r.batch_size} τ={r.staleness} w={r.weight:.3f} "  # type: ignore[attr-defined]
-                   f"t={r.compute_time_ms:.0f}ms loss={r.loss:.3f}")  # type: ignore[attr-defined]
+        typer.echo(
+            f"task v{r.version} L={r.batch_size} τ={r.staleness} w={r.weight:.3f} "  # type: ignore[attr-defined]
+            f"t={r.compute_time_ms:.0f}ms loss={r.loss:.3f}"
+        )  # type: ignore[attr-defined]
 
     summary = run_worker(config, on_report=report)
     typer.echo(f"stopped: {summary.stop_reason} after {summary.tasks} tasks")
@@ -86,8 +102,20 @@ def demo(
     """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
     from fleet.demo import DemoConfig, run_demo
 
-    raise typer.Exit(run_demo(DemoConfig(devices=devices, minutes=minutes, model=model, target=target, port=port,
-                                         workdir=workdir, learning_rate=learning_rate, seed=seed)))
+    raise typer.Exit(
+        run_demo(
+            DemoConfig(
+                devices=devices,
+                minutes=minutes,
+                model=model,
+                target=target,
+                port=port,
+                workdir=workdir,
+                learning_rate=learning_rate,
+                seed=seed,
+            )
+        )
+    )
 
 
 @model_app.command("export")
@@ -117,8 +145,12 @@ def model_push(
     from models.manifest import Bundle
 
     data = Bundle.load(bundle).to_zip()
-    response = httpx.post(f"{server}/v1/admin/models", files={"bundle": ("bundle.zip", data, "application/zip")},
-                          headers={"Authorization": f"Bearer {admin_token}"}, timeout=60)
+    response = httpx.post(
+        f"{server}/v1/admin/models",
+        files={"bundle": ("bundle.zip", data, "application/zip")},
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=60,
+    )
     if response.status_code >= 400:
         raise typer.BadParameter(f"{response.status_code}: {response.text}")
     typer.echo(response.text)

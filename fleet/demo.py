@@ -72,8 +72,9 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60
     raise RuntimeError("coordinator did not become ready")
 
 
-def _summary(stats: dict[str, Any], evaluations: list[dict[str, Any]], wall: float, reached: float | None,
-             tasks: int) -> Table:
+def _summary(
+    stats: dict[str, Any], evaluations: list[dict[str, Any]], wall: float, reached: float | None, tasks: int
+) -> Table:
     table = Table(title="Fleet demo: summary", show_header=False)
     strategy = stats.get("strategy") or {}
     rows = [
@@ -86,11 +87,15 @@ def _summary(stats: dict[str, Any], evaluations: list[dict[str, Any]], wall: flo
         ("staleness τ p50 / p99", f"{stats['staleness_p50']:.0f} / {stats['staleness_p99']:.0f}"),
         ("τ_thres (AdaSGD)", f"{strategy.get('tau_thres') or 'bootstrapping'}"),
         ("mean applied weight", f"{stats['weight_mean']:.3f}" if stats["weight_mean"] else "-"),
-        ("batch size L min / p50 / max",
-         f"{stats['batch_size_min']} / {stats['batch_size_p50']:.0f} / {stats['batch_size_max']}"),
+        (
+            "batch size L min / p50 / max",
+            f"{stats['batch_size_min']} / {stats['batch_size_p50']:.0f} / {stats['batch_size_max']}",
+        ),
         ("rejections by reason", ", ".join(f"{k}: {v}" for k, v in stats["rejections"].items()) or "none"),
-        ("task time predicted / measured (p50)",
-         f"{stats['predicted_time_ms_p50']:.0f} ms / {stats['measured_time_ms_p50']:.0f} ms"),
+        (
+            "task time predicted / measured (p50)",
+            f"{stats['predicted_time_ms_p50']:.0f} ms / {stats['measured_time_ms_p50']:.0f} ms",
+        ),
         ("|measured − predicted| p90", f"{stats['time_abs_error_ms_p90']:.0f} ms"),
     ]
     for name, value in rows:
@@ -106,8 +111,10 @@ def run_demo(cfg: DemoConfig) -> int:
     console = Console()
     if cfg.workdir.exists():
         shutil.rmtree(cfg.workdir)
-    console.print(f"[bold]Fleet demo[/]: {cfg.devices} emulated phones, non-IID MNIST, {cfg.model}, "
-                  f"time SLO {cfg.time_slo_ms:.0f} ms")
+    console.print(
+        f"[bold]Fleet demo[/]: {cfg.devices} emulated phones, non-IID MNIST, {cfg.model}, "
+        f"time SLO {cfg.time_slo_ms:.0f} ms"
+    )
     shards, _ = write_shards(cfg.workdir / "data", devices=cfg.devices, partition="sorted", seed=cfg.seed)
     enrollment_key, admin_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     base = f"http://127.0.0.1:{cfg.port}"
@@ -115,7 +122,9 @@ def run_demo(cfg: DemoConfig) -> int:
     started = time.monotonic()
     server = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "serve", "--port", str(cfg.port), "--log-level", "warning"],
-        env=_server_env(cfg, enrollment_key, admin_token), stdout=log, stderr=subprocess.STDOUT,
+        env=_server_env(cfg, enrollment_key, admin_token),
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     stop = threading.Event()
     tasks = [0]
@@ -124,8 +133,15 @@ def run_demo(cfg: DemoConfig) -> int:
         threads = []
         for i, shard in enumerate(shards):
             phone, ms = PHONES[i % len(PHONES)]
-            config = WorkerConfig(base_url=base, enrollment_key=enrollment_key, data=shard, device_model=phone,
-                                  min_ms_per_sample=ms, seed=cfg.seed * 1000 + i, max_seconds=cfg.minutes * 60)
+            config = WorkerConfig(
+                base_url=base,
+                enrollment_key=enrollment_key,
+                data=shard,
+                device_model=phone,
+                min_ms_per_sample=ms,
+                seed=cfg.seed * 1000 + i,
+                max_seconds=cfg.minutes * 60,
+            )
             worker = Worker(config, on_report=lambda _r: tasks.__setitem__(0, tasks[0] + 1))
             thread = threading.Thread(target=worker.run, args=(stop,), name=f"device-{i}", daemon=True)
             threads.append(thread)
@@ -151,13 +167,23 @@ def run_demo(cfg: DemoConfig) -> int:
         log.close()
 
 
-def _watch(console: Console, base: str, admin_token: str, cfg: DemoConfig, started: float,
-           threads: list[threading.Thread]) -> float | None:
+def _watch(
+    console: Console,
+    base: str,
+    admin_token: str,
+    cfg: DemoConfig,
+    started: float,
+    threads: list[threading.Thread],
+) -> float | None:
     """Live progress until the target, the time limit, or every device stopped; returns time to 0.90."""
     headers = {"Authorization": f"Bearer {admin_token}"}
     reached = None
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[line]}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[line]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console) as progress:
         bar = progress.add_task("accuracy", total=cfg.target, line="starting")
         while time.monotonic() - started < cfg.minutes * 60 + 5 and any(t.is_alive() for t in threads):
@@ -169,9 +195,15 @@ def _watch(console: Console, base: str, admin_token: str, cfg: DemoConfig, start
             accuracy = stats["accuracy"] or 0.0
             if reached is None and accuracy >= 0.90:
                 reached = time.monotonic() - started
-            progress.update(bar, completed=min(accuracy, cfg.target), line=(
-                f"acc {accuracy:.3f} · v{stats['version']} · τ p50 {stats['staleness_p50']:.0f} "
-                f"p99 {stats['staleness_p99']:.0f} · L p50 {stats['batch_size_p50']:.0f} · {stats['status']}"))
+            progress.update(
+                bar,
+                completed=min(accuracy, cfg.target),
+                line=(
+                    f"acc {accuracy:.3f} · v{stats['version']} · τ p50 {stats['staleness_p50']:.0f} "
+                    f"p99 {stats['staleness_p99']:.0f} · L p50 {stats['batch_size_p50']:.0f} · "
+                    f"{stats['status']}"
+                ),
+            )
             if stats["status"] == "finished":
                 break
     return reached

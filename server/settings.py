@@ -64,7 +64,9 @@ class Settings(BaseSettings):
         """(enrollment key, admin token): from the environment, else generated once and kept private."""
         path = self.data_dir / "secrets.json"
         stored: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
-        enrollment = self.enrollment_key.get_secret_value() if self.enrollment_key else stored.get("enrollment_key")
+        enrollment = (
+            self.enrollment_key.get_secret_value() if self.enrollment_key else stored.get("enrollment_key")
+        )
         admin = self.admin_token.get_secret_value() if self.admin_token else stored.get("admin_token")
         if enrollment is None or admin is None:
             enrollment = enrollment or secrets.token_urlsafe(24)

@@ -49,8 +49,9 @@ def partition_iid(n: int, devices: int, rng: np.random.Generator) -> list[np.nda
     return [np.sort(part) for part in np.array_split(rng.permutation(n), devices)]
 
 
-def partition_sorted_shards(labels: np.ndarray, devices: int, rng: np.random.Generator, *,
-                            shards_per_device: int = 2) -> list[np.ndarray]:
+def partition_sorted_shards(
+    labels: np.ndarray, devices: int, rng: np.random.Generator, *, shards_per_device: int = 2
+) -> list[np.ndarray]:
     """Non-IID: sort by label, cut into devices × shards_per_device shards, deal each device a few."""
     order = np.argsort(labels, kind="stable")
     shards = np.array_split(order, devices * shards_per_device)
@@ -58,8 +59,9 @@ def partition_sorted_shards(labels: np.ndarray, devices: int, rng: np.random.Gen
     return [np.sort(np.concatenate([shards[s] for s in dealt[d::devices]])) for d in range(devices)]
 
 
-def write_shards(out: str | Path, *, devices: int, partition: str = "sorted", seed: int = 0
-                 ) -> tuple[list[Path], Path]:
+def write_shards(
+    out: str | Path, *, devices: int, partition: str = "sorted", seed: int = 0
+) -> tuple[list[Path], Path]:
     """One .npz per device plus ``test.npz``: what a demo or a fleet of workers starts from."""
     out = Path(out)
     train, test = load_mnist(seed=seed)

@@ -54,8 +54,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> str:
 def settings_for(tmp_path, **overrides: Any):
     from server.settings import Settings
 
-    values: dict[str, Any] = {"data_dir": tmp_path, "enrollment_key": ENROLL, "admin_token": ADMIN,
-                              "eval_data": None, "rate_limit_per_second": 1000.0, "rate_limit_burst": 1000}
+    values: dict[str, Any] = {
+        "data_dir": tmp_path,
+        "enrollment_key": ENROLL,
+        "admin_token": ADMIN,
+        "eval_data": None,
+        "rate_limit_per_second": 1000.0,
+        "rate_limit_burst": 1000,
+    }
     values.update(overrides)
     return Settings(**values)
 
@@ -71,22 +77,45 @@ class Api:
         return self.http.app.state.coordinator
 
     def enroll(self, device_model: str = "Galaxy S7") -> dict[str, str]:
-        response = self.http.post("/v1/devices", json={"enrollment_key": ENROLL, "device_model": device_model})
+        response = self.http.post(
+            "/v1/devices", json={"enrollment_key": ENROLL, "device_model": device_model}
+        )
         assert response.status_code == 201, response.text
         return {"Authorization": f"Bearer {response.json()['token']}"}
 
     def task(self, headers: dict[str, str], counts: list[int] | None = None) -> Any:
-        return self.http.post("/v1/tasks", json={"features": FEATURES, "label_counts": counts or [5] * 10},
-                              headers=headers)
+        return self.http.post(
+            "/v1/tasks", json={"features": FEATURES, "label_counts": counts or [5] * 10}, headers=headers
+        )
 
-    def push(self, headers: dict[str, str], task_id: str, gradient: np.ndarray | bytes,
-             meta: dict[str, Any] | str | None = None) -> Any:
-        meta = meta if meta is not None else {"label_counts": [1] * 10, "loss": 2.0, "compute_time_ms": 50.0,
-                                              "energy": 0.001, "batch_size": 10}
+    def push(
+        self,
+        headers: dict[str, str],
+        task_id: str,
+        gradient: np.ndarray | bytes,
+        meta: dict[str, Any] | str | None = None,
+    ) -> Any:
+        meta = (
+            meta
+            if meta is not None
+            else {
+                "label_counts": [1] * 10,
+                "loss": 2.0,
+                "compute_time_ms": 50.0,
+                "energy": 0.001,
+                "batch_size": 10,
+            }
+        )
         body = meta if isinstance(meta, str) else json.dumps(meta)
         data = gradient if isinstance(gradient, bytes) else np.asarray(gradient, "<f4").tobytes()
-        return self.http.post(f"/v1/tasks/{task_id}/result", headers=headers, files={
-            "meta": (None, body, "application/json"), "gradient": ("g.bin", data, "application/octet-stream")})
+        return self.http.post(
+            f"/v1/tasks/{task_id}/result",
+            headers=headers,
+            files={
+                "meta": (None, body, "application/json"),
+                "gradient": ("g.bin", data, "application/octet-stream"),
+            },
+        )
 
 
 @pytest.fixture

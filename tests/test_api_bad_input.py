@@ -15,7 +15,9 @@ def stored_state(api) -> tuple:
     coordinator = api.coordinator
     with coordinator.sessions() as session:
         versions = session.scalar(select(func.count()).select_from(VersionRow))
-        answered = session.scalar(select(func.count()).select_from(TaskRow).where(TaskRow.status == "applied"))
+        answered = session.scalar(
+            select(func.count()).select_from(TaskRow).where(TaskRow.status == "applied")
+        )
         measurements = session.scalar(select(func.count()).select_from(MeasurementRow))
         strategy = session.scalar(select(StrategyRow.state))
     run = coordinator.run
@@ -53,12 +55,15 @@ def test_valid_push_changes_state(api, granted):
     assert stored_state(api)[0] == before[0] + 1
 
 
-@pytest.mark.parametrize(("make_gradient", "words"), [
-    (lambda n: np.zeros(n - 1), "float32 values"),
-    (lambda n: np.r_[np.zeros(n - 1), np.nan], "NaN or Inf"),
-    (lambda n: np.r_[np.zeros(n - 1), np.inf], "NaN or Inf"),
-    (lambda n: np.full(n, 10.0), "exceeds the bound"),
-])
+@pytest.mark.parametrize(
+    ("make_gradient", "words"),
+    [
+        (lambda n: np.zeros(n - 1), "float32 values"),
+        (lambda n: np.r_[np.zeros(n - 1), np.nan], "NaN or Inf"),
+        (lambda n: np.r_[np.zeros(n - 1), np.inf], "NaN or Inf"),
+        (lambda n: np.full(n, 10.0), "exceeds the bound"),
+    ],
+)
 def test_bad_gradient_is_refused(api, granted, make_gradient, words):
     headers, task = granted
     before = stored_state(api)
@@ -73,12 +78,18 @@ def test_gradient_bytes_not_a_multiple_of_four(api, granted):
     assert stored_state(api) == before
 
 
-@pytest.mark.parametrize(("meta", "words"), [
-    ("{not json", "not valid JSON"),
-    ({"label_counts": [1] * 10, "loss": 1.0}, "invalid"),
-    ({"label_counts": [1] * 9, "loss": 1.0, "compute_time_ms": 5.0, "batch_size": 9}, "label_counts"),
-    ({"label_counts": [1] * 10, "loss": 1.0, "compute_time_ms": 5.0, "batch_size": 3}, "sum to batch_size"),
-])
+@pytest.mark.parametrize(
+    ("meta", "words"),
+    [
+        ("{not json", "not valid JSON"),
+        ({"label_counts": [1] * 10, "loss": 1.0}, "invalid"),
+        ({"label_counts": [1] * 9, "loss": 1.0, "compute_time_ms": 5.0, "batch_size": 9}, "label_counts"),
+        (
+            {"label_counts": [1] * 10, "loss": 1.0, "compute_time_ms": 5.0, "batch_size": 3},
+            "sum to batch_size",
+        ),
+    ],
+)
 def test_malformed_meta_is_refused(api, granted, meta, words):
     headers, task = granted
     before = stored_state(api)
@@ -89,11 +100,17 @@ def test_malformed_meta_is_refused(api, granted, meta, words):
 def test_malformed_multipart_is_refused(api, granted):
     headers, task = granted
     before = stored_state(api)
-    response = api.http.post(f"/v1/tasks/{task['task_id']}/result", headers={
-        **headers, "Content-Type": "multipart/form-data; boundary=xyz"}, content=b"--xyz\r\ngarbage")
+    response = api.http.post(
+        f"/v1/tasks/{task['task_id']}/result",
+        headers={**headers, "Content-Type": "multipart/form-data; boundary=xyz"},
+        content=b"--xyz\r\ngarbage",
+    )
     assert response.status_code == 422, response.text
-    missing = api.http.post(f"/v1/tasks/{task['task_id']}/result", headers=headers,
-                            files={"meta": (None, "{}", "application/json")})
+    missing = api.http.post(
+        f"/v1/tasks/{task['task_id']}/result",
+        headers=headers,
+        files={"meta": (None, "{}", "application/json")},
+    )
     assert_refused(api, missing, 422, "'gradient' is missing")
     not_multipart = api.http.post(f"/v1/tasks/{task['task_id']}/result", headers=headers, json={})
     assert not_multipart.status_code == 415
@@ -151,7 +168,10 @@ def test_missing_or_wrong_token_is_401(api, granted, header):
     headers = {"Authorization": header} if header else {}
     response = api.push(headers, task["task_id"], np.zeros(n_params(api)))
     assert response.status_code in (401, 403), response.text
-    assert api.http.post("/v1/tasks", json={"label_counts": [1] * 10}, headers=headers).status_code in (401, 403)
+    assert api.http.post("/v1/tasks", json={"label_counts": [1] * 10}, headers=headers).status_code in (
+        401,
+        403,
+    )
     assert stored_state(api) == before
 
 
@@ -179,7 +199,10 @@ def test_rate_limit_is_429_with_retry_after(make_api):
 
 def test_bad_task_request_is_422(api):
     headers = api.enroll()
-    for body in ({"label_counts": [1] * 3}, {"label_counts": [-1] * 10}, {"features": {"bogus": 1},
-                                                                           "label_counts": [1] * 10}):
+    for body in (
+        {"label_counts": [1] * 3},
+        {"label_counts": [-1] * 10},
+        {"features": {"bogus": 1}, "label_counts": [1] * 10},
+    ):
         response = api.http.post("/v1/tasks", json=body, headers=headers)
         assert response.status_code == 422, (body, response.text)

@@ -60,8 +60,9 @@ def test_admin_pushes_a_new_model_which_becomes_active(make_api):
     api = make_api()
     first = api.coordinator.run.model_id
     zipped = builtin("mlp").to_zip()
-    response = api.http.post("/v1/admin/models", headers=ADMIN_HEADERS,
-                             files={"bundle": ("mlp.zip", zipped, "application/zip")})
+    response = api.http.post(
+        "/v1/admin/models", headers=ADMIN_HEADERS, files={"bundle": ("mlp.zip", zipped, "application/zip")}
+    )
     assert response.status_code == 201, response.text
     info = response.json()
     assert info["active"] and info["num_params"] == 101_770

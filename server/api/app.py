@@ -30,18 +30,30 @@ STATUS = {NotFound: 404, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput:
 
 
 def strategy_params(settings: Settings) -> dict[str, object]:
-    common: dict[str, object] = {"learning_rate": settings.learning_rate, "k": settings.k,
-                                 "time_window": settings.time_window}
+    common: dict[str, object] = {
+        "learning_rate": settings.learning_rate,
+        "k": settings.k,
+        "time_window": settings.time_window,
+    }
     if settings.strategy == "adasgd":
-        common.update(percentile=settings.percentile, bootstrap=settings.bootstrap,
-                      staleness_cap=settings.staleness_cap, boost_floor=settings.boost_floor,
-                      boost_scope=settings.boost_scope, global_counts=settings.global_counts)
+        common.update(
+            percentile=settings.percentile,
+            bootstrap=settings.bootstrap,
+            staleness_cap=settings.staleness_cap,
+            boost_floor=settings.boost_floor,
+            boost_scope=settings.boost_scope,
+            global_counts=settings.global_counts,
+        )
     return common
 
 
 def build_profiler(settings: Settings) -> IProf:
-    profiler = IProf(time_slo_ms=settings.time_slo_ms, energy_slo=settings.energy_slo,
-                     min_batch=settings.min_batch, max_batch=settings.max_batch)
+    profiler = IProf(
+        time_slo_ms=settings.time_slo_ms,
+        energy_slo=settings.energy_slo,
+        min_batch=settings.min_batch,
+        max_batch=settings.max_batch,
+    )
     if settings.profiler_bootstrap is not None:
         return profiler.load_bootstrap(settings.profiler_bootstrap)
     return profiler.fit_prior()
@@ -89,8 +101,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             def on_result(_model: str, _version: int, accuracy: float, _loss: float) -> None:
                 app.state.metrics.accuracy.set(accuracy)
 
-            loop = EvaluationLoop(coordinator, make_evaluator, every_versions=settings.eval_every_versions,
-                                  interval_s=settings.eval_interval_s, on_result=on_result)
+            loop = EvaluationLoop(
+                coordinator,
+                make_evaluator,
+                every_versions=settings.eval_every_versions,
+                interval_s=settings.eval_interval_s,
+                on_result=on_result,
+            )
             loop.start()
         try:
             yield
@@ -99,8 +116,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 loop.stop()
                 loop.join(timeout=10)
 
-    app = FastAPI(title="Fleet coordinator", version="0.1.0", lifespan=lifespan,
-                  description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.")
+    app = FastAPI(
+        title="Fleet coordinator",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.",
+    )
     app.state.metrics = Metrics()
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
     app.state.max_body_bytes = settings.max_body_bytes

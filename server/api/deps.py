@@ -48,7 +48,8 @@ def rate_limited_device(request: Request, device: CurrentDevice) -> Device:
     wait = request.app.state.rate_limiter.acquire(device.device_id)
     if wait > 0:
         raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS, "request rate limit exceeded",
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            "request rate limit exceeded",
             headers={"Retry-After": str(max(1, round(wait)))},
         )
     return device

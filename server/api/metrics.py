@@ -17,16 +17,22 @@ class Metrics:
         self.version = Gauge("fleet_model_version", "Current model version", registry=r)
         self.accuracy = Gauge("fleet_test_accuracy", "Latest server-side test accuracy", registry=r)
         self.staleness = Histogram(
-            "fleet_staleness", "Staleness τ of applied gradients",
-            buckets=(0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128), registry=r,
+            "fleet_staleness",
+            "Staleness τ of applied gradients",
+            buckets=(0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128),
+            registry=r,
         )
         self.weight = Histogram(
-            "fleet_applied_weight", "Weight gradients were applied with",
-            buckets=(0.01, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0), registry=r,
+            "fleet_applied_weight",
+            "Weight gradients were applied with",
+            buckets=(0.01, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0),
+            registry=r,
         )
         self.batch_size = Histogram(
-            "fleet_batch_size", "Mini-batch sizes handed out",
-            buckets=(1, 10, 25, 50, 100, 200, 400, 800, 1600), registry=r,
+            "fleet_batch_size",
+            "Mini-batch sizes handed out",
+            buckets=(1, 10, 25, 50, 100, 200, 400, 800, 1600),
+            registry=r,
         )
         self.push_seconds = Histogram("fleet_push_seconds", "Push handling time", registry=r)
         self.task_seconds = Histogram("fleet_task_request_seconds", "Task request handling time", registry=r)

@@ -33,16 +33,24 @@ class ModelInfo:
 def info_of(row: ModelRow) -> ModelInfo:
     manifest = Manifest.from_json(row.manifest)
     return ModelInfo(
-        model_id=row.id, name=row.name, num_params=manifest.num_params, num_classes=manifest.num_classes,
-        input_shape=manifest.input_shape, current_version=row.current_version, active=row.active,
-        status=row.status, created_at=row.created_at,
+        model_id=row.id,
+        name=row.name,
+        num_params=manifest.num_params,
+        num_classes=manifest.num_classes,
+        input_shape=manifest.input_shape,
+        current_version=row.current_version,
+        active=row.active,
+        status=row.status,
+        created_at=row.created_at,
     )
 
 
 class Catalog:
     """Reads and writes models; caches recently used parameter versions as immutable bytes."""
 
-    def __init__(self, *, sessions: sessionmaker[Session], clock: Callable[[], float], cache_size: int = 64) -> None:
+    def __init__(
+        self, *, sessions: sessionmaker[Session], clock: Callable[[], float], cache_size: int = 64
+    ) -> None:
         self.sessions = sessions
         self.clock = clock
         self.cache_size = cache_size
@@ -55,12 +63,21 @@ class Catalog:
         model_id = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-")[:40] + "-" + secrets.token_hex(3)
         now = self.clock()
         row = ModelRow(
-            id=model_id, name=name, manifest=bundle.manifest.to_json(), train_onnx=bundle.train_onnx,
-            infer_onnx=bundle.infer_onnx, created_at=now, active=True, current_version=0, status="training",
+            id=model_id,
+            name=name,
+            manifest=bundle.manifest.to_json(),
+            train_onnx=bundle.train_onnx,
+            infer_onnx=bundle.infer_onnx,
+            created_at=now,
+            active=True,
+            current_version=0,
+            status="training",
         )
         with self.sessions.begin() as session:
             repo.add_model(session=session, row=row, init_params=bundle.init_params.astype("<f4").tobytes())
-            repo.audit(session=session, actor=actor, action="add_model", detail={"model_id": model_id}, now=now)
+            repo.audit(
+                session=session, actor=actor, action="add_model", detail={"model_id": model_id}, now=now
+            )
         return info_of(row)
 
     def list(self) -> list[ModelInfo]:

@@ -26,9 +26,9 @@ from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
 from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
-from server.strategies import Arrival, Strategy
 from server.store import repository as repo
 from server.store.tables import MeasurementRow, TaskRow
+from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
 
@@ -109,7 +109,9 @@ class Coordinator:
     def save_cold_profile(self) -> None:
         """Persist the profiler's cold-start model (after a bootstrap dataset was loaded or refitted)."""
         with self.sessions.begin() as session:
-            repo.save_profiler_state(session=session, key="cold", state=self.profiler.cold_state(), now=self.clock())
+            repo.save_profiler_state(
+                session=session, key="cold", state=self.profiler.cold_state(), now=self.clock()
+            )
 
     def _activate(self, model_id: str) -> None:
         row = self.catalog.row(model_id)
@@ -120,9 +122,14 @@ class Coordinator:
             strategy.load_state_dict(state)
         params = self.catalog.params(model_id, row.current_version).astype(np.float32)
         self.run = TrainingRun(
-            model_id=model_id, manifest=self.catalog.manifest(model_id), params=params,
-            version=row.current_version, status=row.status, strategy=strategy,
-            stop_accuracy=row.stop_accuracy, stop_versions=row.stop_versions,
+            model_id=model_id,
+            manifest=self.catalog.manifest(model_id),
+            params=params,
+            version=row.current_version,
+            status=row.status,
+            strategy=strategy,
+            stop_accuracy=row.stop_accuracy,
+            stop_versions=row.stop_versions,
         )
         log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
 
@@ -162,23 +169,39 @@ class Coordinator:
             now = self.clock()
             task_id = secrets.token_hex(12)
             with self.sessions.begin() as session:
-                repo.add_task(session=session, row=TaskRow(
-                    id=task_id, model_id=run.model_id, device_id=request.device.device_id,
-                    device_model=request.device.device_model, version=run.version,
-                    batch_size=decision.batch_size, similarity=terms.similarity,
-                    features=dict(request.features), predicted_time_ms=decision.predicted_time_ms,
-                    predicted_energy=decision.predicted_energy, created_at=now,
-                    deadline=now + self.lease_seconds, status="open",
-                ))
+                repo.add_task(
+                    session=session,
+                    row=TaskRow(
+                        id=task_id,
+                        model_id=run.model_id,
+                        device_id=request.device.device_id,
+                        device_model=request.device.device_model,
+                        version=run.version,
+                        batch_size=decision.batch_size,
+                        similarity=terms.similarity,
+                        features=dict(request.features),
+                        predicted_time_ms=decision.predicted_time_ms,
+                        predicted_energy=decision.predicted_energy,
+                        created_at=now,
+                        deadline=now + self.lease_seconds,
+                        status="open",
+                    ),
+                )
                 if now - self._last_expiry > 30:
                     repo.expire_tasks(session=session, now=now)
                     self._last_expiry = now
             self.recent.batch_sizes.append(decision.batch_size)
             return TaskGrant(
-                task_id=task_id, model_id=run.model_id, version=run.version, batch_size=decision.batch_size,
-                lease_seconds=self.lease_seconds, lease_deadline=now + self.lease_seconds,
-                slo_time_ms=float(self.profiler.time_slo_ms), predicted_time_ms=decision.predicted_time_ms,
-                similarity=terms.similarity, dp=terms.extra.get("dp"),
+                task_id=task_id,
+                model_id=run.model_id,
+                version=run.version,
+                batch_size=decision.batch_size,
+                lease_seconds=self.lease_seconds,
+                lease_deadline=now + self.lease_seconds,
+                slo_time_ms=float(self.profiler.time_slo_ms),
+                predicted_time_ms=decision.predicted_time_ms,
+                similarity=terms.similarity,
+                dp=terms.extra.get("dp"),
             )
 
     def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
@@ -209,9 +232,15 @@ class Coordinator:
             self._validate(run.manifest, result)
             staleness = run.version - task.version
             arrival = Arrival(
-                task_id=task_id, device_id=device.device_id, base_version=task.version, staleness=staleness,
-                gradient=result.gradient, label_counts=result.label_counts, batch_size=result.batch_size,
-                loss=result.loss, received_at=now,
+                task_id=task_id,
+                device_id=device.device_id,
+                base_version=task.version,
+                staleness=staleness,
+                gradient=result.gradient,
+                label_counts=result.label_counts,
+                batch_size=result.batch_size,
+                loss=result.loss,
+                received_at=now,
             )
             saved_strategy = run.strategy.state_dict()
             saved_profile = self.profiler.device_state(device.device_model)
@@ -222,30 +251,58 @@ class Coordinator:
                 self._load_profile(f"device:{device.device_model}", saved_profile)
                 raise
 
-    def _apply(self, run: TrainingRun, task: TaskRow, arrival: Arrival, result: TaskResult, now: float
-               ) -> PushOutcome:
+    def _apply(
+        self, run: TrainingRun, task: TaskRow, arrival: Arrival, result: TaskResult, now: float
+    ) -> PushOutcome:
         weight = run.strategy.receive(arrival)
         new_params = run.strategy.aggregate(run.params) if run.strategy.ready(now) else None
         version = run.version + (new_params is not None)
         outcome = PushOutcome(task.id, arrival.staleness, weight, version, applied=new_params is not None)
-        self.profiler.observe(task.device_model, task.features, result.batch_size, result.compute_time_ms,
-                              result.energy)
+        self.profiler.observe(
+            task.device_model, task.features, result.batch_size, result.compute_time_ms, result.energy
+        )
         with self.sessions.begin() as session:
-            repo.answer_task(session=session, task_id=task.id, digest=result.digest, outcome=outcome.to_dict(),
-                             staleness=arrival.staleness, weight=weight, now=now)
-            repo.add_measurement(session=session, row=MeasurementRow(
-                task_id=task.id, device_model=task.device_model, batch_size=result.batch_size,
-                compute_time_ms=result.compute_time_ms, predicted_time_ms=task.predicted_time_ms,
-                energy=result.energy, predicted_energy=task.predicted_energy, loss=result.loss, at=now,
-            ))
+            repo.answer_task(
+                session=session,
+                task_id=task.id,
+                digest=result.digest,
+                outcome=outcome.to_dict(),
+                staleness=arrival.staleness,
+                weight=weight,
+                now=now,
+            )
+            repo.add_measurement(
+                session=session,
+                row=MeasurementRow(
+                    task_id=task.id,
+                    device_model=task.device_model,
+                    batch_size=result.batch_size,
+                    compute_time_ms=result.compute_time_ms,
+                    predicted_time_ms=task.predicted_time_ms,
+                    energy=result.energy,
+                    predicted_energy=task.predicted_energy,
+                    loss=result.loss,
+                    at=now,
+                ),
+            )
             if new_params is not None:
-                repo.save_version(session=session, model_id=run.model_id, version=version,
-                                  params=new_params.astype("<f4").tobytes(), now=now,
-                                  retention=self.version_retention)
-            repo.save_strategy_state(session=session, model_id=run.model_id, state=run.strategy.state_dict(),
-                                     now=now)
-            repo.save_profiler_state(session=session, key=f"device:{task.device_model}",
-                                     state=self.profiler.device_state(task.device_model), now=now)
+                repo.save_version(
+                    session=session,
+                    model_id=run.model_id,
+                    version=version,
+                    params=new_params.astype("<f4").tobytes(),
+                    now=now,
+                    retention=self.version_retention,
+                )
+            repo.save_strategy_state(
+                session=session, model_id=run.model_id, state=run.strategy.state_dict(), now=now
+            )
+            repo.save_profiler_state(
+                session=session,
+                key=f"device:{task.device_model}",
+                state=self.profiler.device_state(task.device_model),
+                now=now,
+            )
         if new_params is not None:
             run.params, run.version = new_params, version
             self.catalog.remember(run.model_id, version, new_params.astype("<f4").tobytes())
@@ -260,7 +317,9 @@ class Coordinator:
     def _validate(self, manifest: Manifest, result: TaskResult) -> None:
         gradient = result.gradient
         if gradient.shape != (manifest.num_params,):
-            raise InvalidInput(f"gradient must hold {manifest.num_params} float32 values, got {gradient.size}")
+            raise InvalidInput(
+                f"gradient must hold {manifest.num_params} float32 values, got {gradient.size}"
+            )
         if not np.isfinite(gradient).all():
             raise InvalidInput("gradient contains NaN or Inf")
         norm = float(np.linalg.norm(gradient))
@@ -271,7 +330,11 @@ class Coordinator:
             raise InvalidInput(f"label_counts must be {manifest.num_classes} non-negative counts")
         if result.batch_size < 1 or int(counts.sum()) != result.batch_size:
             raise InvalidInput("label_counts must sum to batch_size (>= 1)")
-        if not np.isfinite(result.loss) or not np.isfinite(result.compute_time_ms) or result.compute_time_ms < 0:
+        if (
+            not np.isfinite(result.loss)
+            or not np.isfinite(result.compute_time_ms)
+            or result.compute_time_ms < 0
+        ):
             raise InvalidInput("loss and compute_time_ms must be finite (time >= 0)")
         if result.energy is not None and (not np.isfinite(result.energy) or result.energy < 0):
             raise InvalidInput("energy must be finite and >= 0")
@@ -282,8 +345,13 @@ class Coordinator:
         run.status = status
         with self.sessions.begin() as session:
             repo.set_model_fields(session=session, model_id=run.model_id, status=status)
-            repo.audit(session=session, actor=actor, action=f"status:{status}",
-                       detail={"model_id": run.model_id, "version": run.version}, now=self.clock())
+            repo.audit(
+                session=session,
+                actor=actor,
+                action=f"status:{status}",
+                detail={"model_id": run.model_id, "version": run.version},
+                now=self.clock(),
+            )
         log.info("model %s is now %s at version %d", run.model_id, status, run.version)
 
     def _require_run(self) -> TrainingRun:
@@ -302,16 +370,24 @@ class Coordinator:
                 self._set_status("training")
 
     def set_stop(self, *, target_accuracy: float | None, max_versions: int | None) -> None:
-        """Training finishes once an evaluation reaches ``target_accuracy`` or the version count is reached."""
+        """Finish training once an evaluation reaches ``target_accuracy`` or ``max_versions`` is reached."""
         with self._lock:
             run = self._require_run()
             run.stop_accuracy, run.stop_versions = target_accuracy, max_versions
             with self.sessions.begin() as session:
-                repo.set_model_fields(session=session, model_id=run.model_id, stop_accuracy=target_accuracy,
-                                      stop_versions=max_versions)
-                repo.audit(session=session, actor="admin", action="stop_criterion",
-                           detail={"target_accuracy": target_accuracy, "max_versions": max_versions},
-                           now=self.clock())
+                repo.set_model_fields(
+                    session=session,
+                    model_id=run.model_id,
+                    stop_accuracy=target_accuracy,
+                    stop_versions=max_versions,
+                )
+                repo.audit(
+                    session=session,
+                    actor="admin",
+                    action="stop_criterion",
+                    detail={"target_accuracy": target_accuracy, "max_versions": max_versions},
+                    now=self.clock(),
+                )
             if max_versions is not None and run.version >= max_versions and run.status != "finished":
                 self._set_status("finished", actor="criterion")
 
@@ -323,8 +399,14 @@ class Coordinator:
     def record_evaluation(self, model_id: str, version: int, accuracy: float, loss: float) -> None:
         with self._lock:
             with self.sessions.begin() as session:
-                repo.add_evaluation(session=session, model_id=model_id, version=version, accuracy=accuracy,
-                                    loss=loss, now=self.clock())
+                repo.add_evaluation(
+                    session=session,
+                    model_id=model_id,
+                    version=version,
+                    accuracy=accuracy,
+                    loss=loss,
+                    now=self.clock(),
+                )
             run = self.run
             if run is None or run.model_id != model_id:
                 return
@@ -357,7 +439,8 @@ class Coordinator:
                 "staleness_p50": float(np.percentile(staleness, 50)),
                 "staleness_p99": float(np.percentile(staleness, 99)),
                 "weight_mean": float(np.mean(self.recent.weights)) if self.recent.weights else None,
-                "batch_size_min": int(sizes.min()), "batch_size_p50": float(np.percentile(sizes, 50)),
+                "batch_size_min": int(sizes.min()),
+                "batch_size_p50": float(np.percentile(sizes, 50)),
                 "batch_size_max": int(sizes.max()),
                 "rejections": dict(self.recent.rejections),
                 "predicted_time_ms_p50": float(np.percentile(timings[:, 0], 50)),

@@ -28,8 +28,13 @@ class DeviceRegistry:
         device = Device(device_id="d-" + secrets.token_hex(8), device_model=device_model)
         token = secrets.token_urlsafe(32)
         with self.sessions.begin() as session:
-            repo.add_device(session=session, device_id=device.device_id, device_model=device_model,
-                            token_hash=hash_token(token), now=self.clock())
+            repo.add_device(
+                session=session,
+                device_id=device.device_id,
+                device_model=device_model,
+                token_hash=hash_token(token),
+                now=self.clock(),
+            )
         self._by_hash[hash_token(token)] = device
         return device, token
 

@@ -1,11 +1,11 @@
 """The core's exception tree; the HTTP layer maps each class to one status code.
 
-    CoordinatorError
-    ├── NotFound        (unknown task, model or version)
-    ├── Forbidden       (a task of another device)
-    ├── Gone            (lease expired, version out of retention, model no longer training)
-    ├── Conflict        (a different body for an answered task)
-    └── InvalidInput    (shape, finiteness, norm, label counts)
+CoordinatorError
+├── NotFound        (unknown task, model or version)
+├── Forbidden       (a task of another device)
+├── Gone            (lease expired, version out of retention, model no longer training)
+├── Conflict        (a different body for an answered task)
+└── InvalidInput    (shape, finiteness, norm, label counts)
 """
 
 

@@ -11,8 +11,16 @@ from models.manifest import Manifest
 class Evaluator:
     """Runs the inference graph over a held-out set; one instance per model."""
 
-    def __init__(self, manifest: Manifest, infer_onnx: bytes, x: np.ndarray, y: np.ndarray, *,
-                 threads: int = 1, batch_size: int = 500) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        infer_onnx: bytes,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        threads: int = 1,
+        batch_size: int = 500,
+    ) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -43,8 +51,10 @@ class Evaluator:
     def per_class_recall(self, params: np.ndarray) -> np.ndarray:
         """Recall of each class (the long-tail experiments plot class 0's)."""
         predictions = np.concatenate(
-            [self.logits(params, self.x[s : s + self.batch_size]).argmax(axis=1)
-             for s in range(0, len(self.y), self.batch_size)]
+            [
+                self.logits(params, self.x[s : s + self.batch_size]).argmax(axis=1)
+                for s in range(0, len(self.y), self.batch_size)
+            ]
         )
         classes = self.manifest.num_classes
         hits = np.bincount(self.y[predictions == self.y], minlength=classes)

@@ -15,9 +15,16 @@ log = logging.getLogger("fleet.server")
 class EvaluationLoop(threading.Thread):
     """Evaluates the newest version when ``every_versions`` passed or ``interval_s`` elapsed with progress."""
 
-    def __init__(self, coordinator: Coordinator, make_evaluator: Callable[[str], Evaluator], *,
-                 every_versions: int, interval_s: float, poll_s: float = 0.2,
-                 on_result: Callable[[str, int, float, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        make_evaluator: Callable[[str], Evaluator],
+        *,
+        every_versions: int,
+        interval_s: float,
+        poll_s: float = 0.2,
+        on_result: Callable[[str, int, float, float], None] | None = None,
+    ) -> None:
         super().__init__(name="fleet-evaluation", daemon=True)
         self.coordinator = coordinator
         self.make_evaluator = make_evaluator
@@ -37,8 +44,10 @@ class EvaluationLoop(threading.Thread):
             if snapshot is None:
                 continue
             previous = last.get(snapshot.model_id)
-            due = previous is None or snapshot.version - previous >= self.every_versions or (
-                waited >= self.interval_s and snapshot.version != previous
+            due = (
+                previous is None
+                or snapshot.version - previous >= self.every_versions
+                or (waited >= self.interval_s and snapshot.version != previous)
             )
             if not due:
                 continue

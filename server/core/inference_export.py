@@ -20,5 +20,7 @@ def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> b
         raise ValueError(f"inference graph lacks inputs {sorted(missing)}")
     del graph.input[:]
     graph.input.extend(kept)
-    graph.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(t), name) for name, t in tensors.items())
+    graph.initializer.extend(
+        numpy_helper.from_array(np.ascontiguousarray(t), name) for name, t in tensors.items()
+    )
     return model.SerializeToString()

@@ -25,7 +25,9 @@ from server.store.tables import (
 # -- devices ---------------------------------------------------------------------------------------
 def add_device(*, session: Session, device_id: str, device_model: str, token_hash: str, now: float) -> None:
     session.add(
-        DeviceRow(id=device_id, device_model=device_model, token_hash=token_hash, created_at=now, last_seen=now)
+        DeviceRow(
+            id=device_id, device_model=device_model, token_hash=token_hash, created_at=now, last_seen=now
+        )
     )
 
 
@@ -105,12 +107,26 @@ def expire_tasks(*, session: Session, now: float) -> int:
 
 
 def answer_task(
-    *, session: Session, task_id: str, digest: str, outcome: dict[str, Any], staleness: int, weight: float, now: float
+    *,
+    session: Session,
+    task_id: str,
+    digest: str,
+    outcome: dict[str, Any],
+    staleness: int,
+    weight: float,
+    now: float,
 ) -> None:
     session.execute(
         update(TaskRow)
         .where(TaskRow.id == task_id)
-        .values(status="applied", digest=digest, outcome=outcome, staleness=staleness, weight=weight, answered_at=now)
+        .values(
+            status="applied",
+            digest=digest,
+            outcome=outcome,
+            staleness=staleness,
+            weight=weight,
+            answered_at=now,
+        )
     )
 
 
@@ -142,7 +158,9 @@ def add_evaluation(
 
 def evaluations(*, session: Session, model_id: str) -> list[EvaluationRow]:
     return list(
-        session.scalars(select(EvaluationRow).where(EvaluationRow.model_id == model_id).order_by(EvaluationRow.id))
+        session.scalars(
+            select(EvaluationRow).where(EvaluationRow.model_id == model_id).order_by(EvaluationRow.id)
+        )
     )
 
 

@@ -21,4 +21,13 @@ def make_strategy(name: str, **params: Any) -> Strategy:
     return cls(**params)
 
 
-__all__ = ["AdaSGD", "Arrival", "DynSGD", "FedAvgAsync", "STRATEGIES", "Strategy", "TaskTerms", "make_strategy"]
+__all__ = [
+    "AdaSGD",
+    "Arrival",
+    "DynSGD",
+    "FedAvgAsync",
+    "STRATEGIES",
+    "Strategy",
+    "TaskTerms",
+    "make_strategy",
+]

@@ -61,7 +61,7 @@ class Strategy(ABC):
         self.updates = 0
 
     # -- hooks ---------------------------------------------------------------------------------
-    def on_register(self, device_id: str) -> None:
+    def on_register(self, device_id: str) -> None:  # noqa: B027 - an optional hook, not abstract
         """A device enrolled (strategies with per-device state override this)."""
 
     def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
@@ -97,7 +97,12 @@ class Strategy(ABC):
 
     def describe(self) -> dict[str, Any]:
         """Current figures worth showing (τ_thres, counters)."""
-        return {"strategy": self.name, "learning_rate": self.learning_rate, "k": self.k, "updates": self.updates}
+        return {
+            "strategy": self.name,
+            "learning_rate": self.learning_rate,
+            "k": self.k,
+            "updates": self.updates,
+        }
 
     # -- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -114,9 +119,12 @@ class Strategy(ABC):
         self.updates = int(state.get("updates", 0))
         grads = state.get("buffer_gradients")
         self.buffer = [
-            Buffered(b["task_id"], float(b["weight"]), np.asarray(grads[i], dtype=np.float32), b["received_at"])
+            Buffered(
+                b["task_id"], float(b["weight"]), np.asarray(grads[i], dtype=np.float32), b["received_at"]
+            )
             for i, b in enumerate(state.get("buffer", []))
         ]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(learning_rate={self.learning_rate}, k={self.k}, time_window={self.time_window})"
+        name = type(self).__name__
+        return f"{name}(learning_rate={self.learning_rate}, k={self.k}, time_window={self.time_window})"

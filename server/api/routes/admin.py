@@ -23,11 +23,15 @@ async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
     try:
         form = await request.form(max_files=1, max_fields=1, max_part_size=request.app.state.max_body_bytes)
     except Exception as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}") from exc
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"
+        ) from exc
     try:
         part = form.get("bundle")
         if not isinstance(part, UploadFile):
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "multipart file part 'bundle' is missing")
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, "multipart file part 'bundle' is missing"
+            )
         data = await part.read()
     finally:
         await form.close()

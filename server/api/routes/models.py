@@ -43,8 +43,11 @@ def get_model(model_id: str, coordinator: CoordinatorDep) -> ModelOut:
 
 @router.get("/{model_id}/manifest")
 def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
-    return Response(coordinator.catalog.row(model_id).manifest, media_type="application/json",
-                    headers={"Cache-Control": IMMUTABLE})
+    return Response(
+        coordinator.catalog.row(model_id).manifest,
+        media_type="application/json",
+        headers={"Cache-Control": IMMUTABLE},
+    )
 
 
 @router.get("/{model_id}/graphs/{graph}.onnx")
@@ -61,10 +64,14 @@ def versions(model_id: str, coordinator: CoordinatorDep) -> list[VersionOut]:
     return [VersionOut(version=v, created_at=t) for v, t in coordinator.catalog.versions(model_id)]
 
 
-@router.get("/{model_id}/versions/{version}/params", response_class=Response,
-            responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}})
-def params(model_id: str, version: int, coordinator: CoordinatorDep,
-           if_none_match: str | None = Header(None)) -> Response:
+@router.get(
+    "/{model_id}/versions/{version}/params",
+    response_class=Response,
+    responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}},
+)
+def params(
+    model_id: str, version: int, coordinator: CoordinatorDep, if_none_match: str | None = Header(None)
+) -> Response:
     etag = f'"{model_id}:{version}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
     if if_none_match == etag:
@@ -74,12 +81,21 @@ def params(model_id: str, version: int, coordinator: CoordinatorDep,
 
 
 @router.get("/{model_id}/inference.onnx", response_class=Response, responses={200: {"content": {OCTET: {}}}})
-async def inference_model(model_id: str, coordinator: CoordinatorDep,
-                          version: int | None = Query(None, ge=0)) -> Response:
+async def inference_model(
+    model_id: str, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0)
+) -> Response:
     """The model at ``version`` (default: the newest) as one ONNX file with its weights inside."""
     row = coordinator.catalog.row(model_id)
     version = row.current_version if version is None else version
     params = coordinator.catalog.params(model_id, version)
-    data = await run_in_threadpool(bake_weights, row.infer_onnx, coordinator.catalog.manifest(model_id), params)
-    return Response(data, media_type=OCTET, headers={
-        "Content-Disposition": f'attachment; filename="{model_id}-v{version}.onnx"', "Cache-Control": IMMUTABLE})
+    data = await run_in_threadpool(
+        bake_weights, row.infer_onnx, coordinator.catalog.manifest(model_id), params
+    )
+    return Response(
+        data,
+        media_type=OCTET,
+        headers={
+            "Content-Disposition": f'attachment; filename="{model_id}-v{version}.onnx"',
+            "Cache-Control": IMMUTABLE,
+        },
+    )

@@ -21,14 +21,19 @@ router = APIRouter(prefix="/tasks", tags=["tasks"])
 
 
 @router.post(
-    "", status_code=status.HTTP_201_CREATED, response_model=TaskOut,
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskOut,
     responses={503: {"model": RejectionOut}, 410: {"model": RejectionOut}, 429: {}},
 )
-async def request_task(body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, metrics: MetricsDep,
-                       request: Request) -> TaskOut | JSONResponse:
+async def request_task(
+    body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, metrics: MetricsDep, request: Request
+) -> TaskOut | JSONResponse:
     started = time.perf_counter()
     task_request = TaskRequest(
-        device=device, features=body.features.model_dump(), label_counts=np.asarray(body.label_counts, np.int64)
+        device=device,
+        features=body.features.model_dump(),
+        label_counts=np.asarray(body.label_counts, np.int64),
     )
     answer = await run_in_threadpool(coordinator.request_task, task_request)
     metrics.task_seconds.observe(time.perf_counter() - started)
@@ -36,17 +41,33 @@ async def request_task(body: TaskIn, device: LimitedDevice, coordinator: Coordin
         metrics.tasks_rejected.labels(answer.reason).inc()
         code = status.HTTP_410_GONE if answer.finished else status.HTTP_503_SERVICE_UNAVAILABLE
         payload = RejectionOut(detail=answer.detail, reason=answer.reason, retry_after=answer.retry_after)
-        return JSONResponse(payload.model_dump(), status_code=code,
-                            headers={"Retry-After": str(max(1, round(answer.retry_after)))})
+        return JSONResponse(
+            payload.model_dump(),
+            status_code=code,
+            headers={"Retry-After": str(max(1, round(answer.retry_after)))},
+        )
     metrics.tasks_granted.inc()
     metrics.batch_size.observe(answer.batch_size)
     base = f"/v1/models/{answer.model_id}"
     return TaskOut(
-        **{k: getattr(answer, k) for k in (
-            "task_id", "model_id", "version", "batch_size", "lease_seconds", "lease_deadline", "slo_time_ms",
-            "predicted_time_ms", "similarity", "dp")},
+        **{
+            k: getattr(answer, k)
+            for k in (
+                "task_id",
+                "model_id",
+                "version",
+                "batch_size",
+                "lease_seconds",
+                "lease_deadline",
+                "slo_time_ms",
+                "predicted_time_ms",
+                "similarity",
+                "dp",
+            )
+        },
         params_url=f"{base}/versions/{answer.version}/params",
-        manifest_url=f"{base}/manifest", train_graph_url=f"{base}/graphs/train.onnx",
+        manifest_url=f"{base}/manifest",
+        train_graph_url=f"{base}/graphs/train.onnx",
     )
 
 
@@ -57,17 +78,22 @@ async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
 
 
 @router.post("/{task_id}/result", response_model=PushOut)
-async def push_result(task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep,
-                      metrics: MetricsDep) -> PushOut:
+async def push_result(
+    task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep, metrics: MetricsDep
+) -> PushOut:
     started = time.perf_counter()
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send multipart/form-data (meta + gradient)")
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send multipart/form-data (meta + gradient)"
+        )
     try:
         form = await request.form(max_files=2, max_fields=2, max_part_size=request.app.state.max_body_bytes)
     except HTTPException:
         raise
     except Exception as exc:  # malformed multipart: the parser's own message is the useful part
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}") from exc
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"
+        ) from exc
     try:
         meta_bytes = await _part_bytes(form.get("meta"), "meta")
         gradient_bytes = await _part_bytes(form.get("gradient"), "gradient")
@@ -78,12 +104,19 @@ async def push_result(task_id: str, request: Request, device: LimitedDevice, coo
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is not valid JSON: {exc}") from exc
     except ValidationError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is invalid: {exc.errors()}") from exc
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is invalid: {exc.errors()}"
+        ) from exc
     if len(gradient_bytes) % 4:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "gradient length is not a multiple of 4 bytes")
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "gradient length is not a multiple of 4 bytes"
+        )
     result = TaskResult(
-        label_counts=np.asarray(meta.label_counts, dtype=np.int64), loss=meta.loss,
-        compute_time_ms=meta.compute_time_ms, energy=meta.energy, batch_size=meta.batch_size,
+        label_counts=np.asarray(meta.label_counts, dtype=np.int64),
+        loss=meta.loss,
+        compute_time_ms=meta.compute_time_ms,
+        energy=meta.energy,
+        batch_size=meta.batch_size,
         gradient=np.frombuffer(gradient_bytes, dtype="<f4").astype(np.float32),
         digest=hashlib.sha256(meta_bytes + b"\x00" + gradient_bytes).hexdigest(),
     )

@@ -1,0 +1,82 @@
+"""The same storage contract on SQLite and PostgreSQL: everything acknowledged is found again."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from server.api.app import build_coordinator
+from server.core.types import TaskGrant, TaskRequest, TaskResult
+from tests.conftest import FEATURES, settings_for
+
+
+def result(n: int, value: float, counts: list[int]) -> TaskResult:
+    gradient = np.full(n, value, np.float32)
+    return TaskResult(label_counts=np.array(counts), loss=1.5, compute_time_ms=120.0, energy=0.002,
+                      batch_size=int(sum(counts)), gradient=gradient,
+                      digest=hashlib.sha256(gradient.tobytes() + str(counts).encode()).hexdigest())
+
+
+def test_restart_finds_every_acknowledged_thing(tmp_path, database_url):
+    settings = settings_for(tmp_path, database_url=database_url, k=2, version_retention=3)
+    first = build_coordinator(settings)
+    n = first.run.manifest.num_params
+    devices = [first.enroll(model) for model in ("Galaxy S6", "Galaxy S10")]
+    outcomes = []
+    for step in range(7):  # 7 pushes with K = 2: 3 updates and one gradient left in the buffer
+        device, _ = devices[step % 2]
+        grant = first.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+        assert isinstance(grant, TaskGrant)
+        counts = [0] * 10
+        counts[step % 10] = 10
+        outcomes.append((device, grant.task_id, result(n, 0.001 * (step + 1), counts)))
+        first.submit(device, grant.task_id, outcomes[-1][2])
+    first.record_evaluation(first.run.model_id, first.run.version, 0.42, 1.7)
+    first.pause()
+    before = first.run
+    profile = {m: first.profiler.device_state(m) for m in ("Galaxy S6", "Galaxy S10")}
+    strategy_state = before.strategy.state_dict()
+
+    second = build_coordinator(settings)
+    after = second.run
+    assert (after.model_id, after.version, after.status) == (before.model_id, 3, "paused")
+    np.testing.assert_array_equal(after.params, before.params)
+    restored = after.strategy.state_dict()
+    assert restored["staleness_seen"] == strategy_state["staleness_seen"]
+    np.testing.assert_array_equal(restored["label_totals"], strategy_state["label_totals"])
+    assert [b.task_id for b in after.strategy.buffer] == [b.task_id for b in before.strategy.buffer]
+    np.testing.assert_array_equal(after.strategy.buffer[0].gradient, before.strategy.buffer[0].gradient)
+    for model, state in profile.items():
+        assert second.profiler.device_state(model) == state
+    for device, token in devices:
+        assert second.devices.authenticate(token) == device
+    assert second.evaluations(after.model_id)[-1]["accuracy"] == 0.42
+    # a retried push of an acknowledged task gets its original answer; versions past retention are gone
+    device, task_id, body = outcomes[0]
+    assert second.submit(device, task_id, body).duplicate
+    assert [v for v, _ in second.catalog.versions(after.model_id)] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(second.catalog.params(after.model_id, 3), before.params)
+
+
+def test_failed_commit_leaves_memory_unchanged(tmp_path, database_url, monkeypatch):
+    coordinator = build_coordinator(settings_for(tmp_path, database_url=database_url))
+    device, _ = coordinator.enroll("Pixel")
+    grant = coordinator.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+    before = (coordinator.run.version, coordinator.run.params.copy(), coordinator.run.strategy.state_dict())
+
+    from server.store import repository
+
+    def broken(**_kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(repository, "add_measurement", broken)
+    with pytest.raises(RuntimeError):
+        coordinator.submit(device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10))
+    assert coordinator.run.version == before[0]
+    np.testing.assert_array_equal(coordinator.run.params, before[1])
+    assert coordinator.run.strategy.state_dict()["staleness_seen"] == before[2]["staleness_seen"]
+    monkeypatch.undo()
+    outcome = coordinator.submit(device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10))
+    assert outcome.version == before[0] + 1
