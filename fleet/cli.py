@@ -96,7 +96,7 @@ def demo(
     target: Annotated[float, typer.Option(help="stop once test accuracy reaches this")] = 0.92,
     port: int = 8765,
     workdir: Path = Path("var/demo"),
-    learning_rate: float = 0.05,
+    learning_rate: float = 0.2,
     seed: int = 0,
 ) -> None:
     """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""

@@ -36,7 +36,7 @@ class DemoConfig:
     target: float = 0.92
     port: int = 8765
     workdir: Path = Path("var/demo")
-    learning_rate: float = 0.05
+    learning_rate: float = 0.2
     seed: int = 0
     time_slo_ms: float = 1000.0
 
@@ -78,14 +78,20 @@ def _summary(
     table = Table(title="Fleet demo: summary", show_header=False)
     strategy = stats.get("strategy") or {}
     rows = [
-        ("test accuracy (1,000 held-out digits)", f"{stats['accuracy']:.4f}" if stats["accuracy"] else "-"),
+        (
+            "final test accuracy (1,000 held-out digits)",
+            f"{stats['accuracy']:.4f} at v{stats['evaluated_version']}" if stats["accuracy"] else "-",
+        ),
         ("best accuracy seen", f"{max((e['accuracy'] for e in evaluations), default=0):.4f}"),
         ("time to 0.90 accuracy", f"{reached:.1f} s" if reached else "not reached"),
         ("training wall time", f"{wall:.1f} s"),
         ("updates applied (model version)", str(stats["version"])),
         ("tasks pushed by devices", str(tasks)),
         ("staleness τ p50 / p99", f"{stats['staleness_p50']:.0f} / {stats['staleness_p99']:.0f}"),
-        ("τ_thres (AdaSGD)", f"{strategy.get('tau_thres') or 'bootstrapping'}"),
+        (
+            "τ_thres (AdaSGD)",
+            f"{strategy['tau_thres']:.1f}" if strategy.get("tau_thres") else "bootstrapping",
+        ),
         ("mean applied weight", f"{stats['weight_mean']:.3f}" if stats["weight_mean"] else "-"),
         (
             "batch size L min / p50 / max",

@@ -28,9 +28,14 @@ class ServerProcess:
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "FLEET_DATA_DIR": str(workdir), "FLEET_ENROLLMENT_KEY": ENROLL,
-                    "FLEET_ADMIN_TOKEN": ADMIN, "FLEET_RATE_LIMIT_PER_SECOND": "1000",
-                    "FLEET_RATE_LIMIT_BURST": "1000"}
+        self.env = {
+            **os.environ,
+            "FLEET_DATA_DIR": str(workdir),
+            "FLEET_ENROLLMENT_KEY": ENROLL,
+            "FLEET_ADMIN_TOKEN": ADMIN,
+            "FLEET_RATE_LIMIT_PER_SECOND": "1000",
+            "FLEET_RATE_LIMIT_BURST": "1000",
+        }
         self.env.update({f"FLEET_{k.upper()}": str(v) for k, v in settings.items()})
         self.process: subprocess.Popen[bytes] | None = None
         self.log = workdir / "server.log"
@@ -39,8 +44,19 @@ class ServerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "fleet.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "fleet.cli",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "warning",
+                ],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

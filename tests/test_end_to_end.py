@@ -22,10 +22,20 @@ pytestmark = pytest.mark.slow
 def start_workers(url: str, shards, stop: threading.Event, reports: list, **config) -> list[Worker]:
     workers = []
     for i, shard in enumerate(shards):
-        worker = Worker(WorkerConfig(base_url=url, enrollment_key=ENROLL, data=shard, seed=i,
-                                     device_model=f"Phone {i % 2}", backoff_initial=0.2, backoff_max=1.0,
-                                     max_consecutive_errors=None, **config),
-                        on_report=reports.append)
+        worker = Worker(
+            WorkerConfig(
+                base_url=url,
+                enrollment_key=ENROLL,
+                data=shard,
+                seed=i,
+                device_model=f"Phone {i % 2}",
+                backoff_initial=0.2,
+                backoff_max=1.0,
+                max_consecutive_errors=None,
+                **config,
+            ),
+            on_report=reports.append,
+        )
         threading.Thread(target=worker.run, args=(stop,), daemon=True).start()
         workers.append(worker)
     return workers
@@ -33,8 +43,16 @@ def start_workers(url: str, shards, stop: threading.Event, reports: list, **conf
 
 def test_three_workers_reach_80_percent_over_real_http(tmp_path):
     shards, test_path = write_shards(tmp_path / "data", devices=3, partition="iid", seed=1)
-    server = ServerProcess(tmp_path / "server", eval_data=test_path, eval_every_versions=10, eval_interval_s=1,
-                           target_accuracy=0.80, learning_rate=0.1, max_batch=64, time_slo_ms=500)
+    server = ServerProcess(
+        tmp_path / "server",
+        eval_data=test_path,
+        eval_every_versions=10,
+        eval_interval_s=1,
+        target_accuracy=0.80,
+        learning_rate=0.1,
+        max_batch=64,
+        time_slo_ms=500,
+    )
     stop, reports = threading.Event(), []
     with server:
         start_workers(server.url, shards, stop, reports, max_seconds=150)
@@ -46,8 +64,11 @@ def test_three_workers_reach_80_percent_over_real_http(tmp_path):
         evaluations = server.admin("/v1/admin/evaluations").json()
         best = max(evaluations, key=lambda e: e["accuracy"])
         model_id = stats["model_id"]
-        onnx_file = httpx.get(f"{server.url}/v1/models/{model_id}/inference.onnx",
-                              params={"version": best["version"]}, timeout=30).content
+        onnx_file = httpx.get(
+            f"{server.url}/v1/models/{model_id}/inference.onnx",
+            params={"version": best["version"]},
+            timeout=30,
+        ).content
     assert stats["status"] == "finished", stats
     assert best["accuracy"] >= 0.80, evaluations
     assert len({r.task_id for r in reports}) == len(reports) >= stats["version"] > 0
@@ -60,7 +81,7 @@ def test_three_workers_reach_80_percent_over_real_http(tmp_path):
 
 
 def stored_snapshot(db) -> tuple[dict[str, str], dict[str, dict], int]:
-    """Applied tasks, profiler states and the model version, read in one transaction (devices keep pushing)."""
+    """Applied tasks, profiler states and model version in one read transaction (devices keep pushing)."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         conn.execute("BEGIN")
@@ -99,8 +120,12 @@ def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path):
         assert params.status_code == 200 and len(params.content) == 4 * 11_786
         # devices: the tokens issued before the crash still authenticate
         for token in tokens:
-            response = httpx.post(f"{server.url}/v1/tasks", headers={"Authorization": f"Bearer {token}"},
-                                  json={"label_counts": [1] * 10}, timeout=10)
+            response = httpx.post(
+                f"{server.url}/v1/tasks",
+                headers={"Authorization": f"Bearer {token}"},
+                json={"label_counts": [1] * 10},
+                timeout=10,
+            )
             assert response.status_code == 201, response.text
         # profiler: each device model's personal model saw exactly the applied tasks of that model
         for device_model in set(applied.values()):
@@ -114,8 +139,16 @@ def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path):
         assert len(reports) >= before + 10
         after = httpx.get(f"{server.url}/v1/models/active", timeout=10).json()["current_version"]
         assert after > model["current_version"]
-        assert np.all(np.isfinite(np.frombuffer(httpx.get(
-            f"{server.url}/v1/models/{model['model_id']}/versions/{after}/params", timeout=10).content, "<f4")))
+        assert np.all(
+            np.isfinite(
+                np.frombuffer(
+                    httpx.get(
+                        f"{server.url}/v1/models/{model['model_id']}/versions/{after}/params", timeout=10
+                    ).content,
+                    "<f4",
+                )
+            )
+        )
     finally:
         stop.set()
         server.stop()

@@ -8,8 +8,9 @@ import textwrap
 
 
 def run_isolated(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]
 
@@ -28,8 +29,9 @@ def test_server_and_worker_complete_a_task_without_torch(tmp_path):
         rng = np.random.default_rng(0)
         data = DeviceData(rng.random((30, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 30))
         with TestClient(create_app(settings), base_url="http://testserver") as http:
-            worker = Worker(WorkerConfig(base_url="http://testserver", enrollment_key="k", data=data, max_tasks=2),
-                            client=http, features=StaticFeatures({{"total_memory": 4e9}}), sleep=lambda s: None)
+            config = WorkerConfig(base_url="http://testserver", enrollment_key="k", data=data, max_tasks=2)
+            features = StaticFeatures({{"total_memory": 4e9}})
+            worker = Worker(config, client=http, features=features, sleep=lambda s: None)
             summary = worker.run()
             assert summary.tasks == 2, summary
             assert http.app.state.coordinator.run.version == 2

@@ -14,9 +14,15 @@ from tests.conftest import FEATURES, settings_for
 
 def result(n: int, value: float, counts: list[int]) -> TaskResult:
     gradient = np.full(n, value, np.float32)
-    return TaskResult(label_counts=np.array(counts), loss=1.5, compute_time_ms=120.0, energy=0.002,
-                      batch_size=int(sum(counts)), gradient=gradient,
-                      digest=hashlib.sha256(gradient.tobytes() + str(counts).encode()).hexdigest())
+    return TaskResult(
+        label_counts=np.array(counts),
+        loss=1.5,
+        compute_time_ms=120.0,
+        energy=0.002,
+        batch_size=int(sum(counts)),
+        gradient=gradient,
+        digest=hashlib.sha256(gradient.tobytes() + str(counts).encode()).hexdigest(),
+    )
 
 
 def test_restart_finds_every_acknowledged_thing(tmp_path, database_url):
@@ -78,5 +84,7 @@ def test_failed_commit_leaves_memory_unchanged(tmp_path, database_url, monkeypat
     np.testing.assert_array_equal(coordinator.run.params, before[1])
     assert coordinator.run.strategy.state_dict()["staleness_seen"] == before[2]["staleness_seen"]
     monkeypatch.undo()
-    outcome = coordinator.submit(device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10))
+    outcome = coordinator.submit(
+        device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10)
+    )
     assert outcome.version == before[0] + 1

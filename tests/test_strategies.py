@@ -60,9 +60,13 @@ def test_similarity_boost_with_floor_and_ceiling():
     strategy = AdaSGD(bootstrap=0, tau_thres=12.0)
     strategy.weigh(arrival(0, [50, 50, 0, 0]))
     sim = bhattacharyya([1, 1, 0, 0], [50, 50, 0, 0])
-    assert strategy.weigh(arrival(12, [5, 5, 0, 0])) == pytest.approx(exp_dampening(12, adasgd_beta(12)) / sim)
+    assert strategy.weigh(arrival(12, [5, 5, 0, 0])) == pytest.approx(
+        exp_dampening(12, adasgd_beta(12)) / sim
+    )
     half = bhattacharyya([0, 1, 0, 0], [55, 55, 0, 0])
-    assert strategy.weigh(arrival(12, [0, 4, 0, 0])) == pytest.approx(exp_dampening(12, adasgd_beta(12)) / half)
+    assert strategy.weigh(arrival(12, [0, 4, 0, 0])) == pytest.approx(
+        exp_dampening(12, adasgd_beta(12)) / half
+    )
 
 
 def test_boost_only_for_stragglers_when_scoped():
@@ -75,8 +79,10 @@ def test_boost_only_for_stragglers_when_scoped():
 
 
 def test_weighted_global_counts_keep_damped_labels_rare():
-    plain, weighted = AdaSGD(bootstrap=0, tau_thres=10.0), AdaSGD(bootstrap=0, tau_thres=10.0,
-                                                                  global_counts="weighted")
+    plain, weighted = (
+        AdaSGD(bootstrap=0, tau_thres=10.0),
+        AdaSGD(bootstrap=0, tau_thres=10.0, global_counts="weighted"),
+    )
     for strategy in (plain, weighted):
         strategy.weigh(arrival(0, [10, 0]))
         strategy.weigh(arrival(30, [0, 10]))  # a damped straggler with label 1

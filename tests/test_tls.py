@@ -18,16 +18,48 @@ pytestmark = pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
 def test_serve_over_https(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
-                    "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
     env_dir = tmp_path / "var"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "serve", "--port", str(port), "--ssl-certfile", str(cert),
-         "--ssl-keyfile", str(key), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "fleet.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--ssl-certfile",
+            str(cert),
+            "--ssl-keyfile",
+            str(key),
+            "--log-level",
+            "warning",
+        ],
         env={"FLEET_DATA_DIR": str(env_dir), "PATH": "/usr/bin:/bin", **_python_env()},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
@@ -51,4 +83,6 @@ def test_serve_over_https(tmp_path):
 def _python_env() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "VIRTUAL_ENV", "HOME", "OPENBLAS"))}
+    return {
+        k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "VIRTUAL_ENV", "HOME", "OPENBLAS"))
+    }
