@@ -12,9 +12,8 @@ import logging
 import secrets
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,9 @@ from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
 from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from server.core.figures import RecentFigures
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
+from server.core.validation import validate_result
 from server.store import repository as repo
 from server.store.tables import MeasurementRow, TaskRow
 from server.strategies import Arrival, Strategy
@@ -46,17 +47,6 @@ class TrainingRun:
     stop_accuracy: float | None = None
     stop_versions: int | None = None
     latest_accuracy: float | None = None
-
-
-@dataclass
-class RecentFigures:
-    """Bounded windows of what the demo and the console chart."""
-
-    staleness: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
-    weights: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
-    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
-    timings: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2000))
-    rejections: dict[str, int] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -229,7 +219,7 @@ class Coordinator:
                 raise Gone("the task's lease expired")
             if run is None or run.model_id != task.model_id or run.status == "finished":
                 raise Gone("the task's model is no longer training")
-            self._validate(run.manifest, result)
+            validate_result(run.manifest, result, max_gradient_norm=self.max_gradient_norm)
             staleness = run.version - task.version
             arrival = Arrival(
                 task_id=task_id,
@@ -313,31 +303,6 @@ class Coordinator:
         if task.predicted_time_ms is not None:
             self.recent.timings.append((task.predicted_time_ms, result.compute_time_ms))
         return outcome
-
-    def _validate(self, manifest: Manifest, result: TaskResult) -> None:
-        gradient = result.gradient
-        if gradient.shape != (manifest.num_params,):
-            raise InvalidInput(
-                f"gradient must hold {manifest.num_params} float32 values, got {gradient.size}"
-            )
-        if not np.isfinite(gradient).all():
-            raise InvalidInput("gradient contains NaN or Inf")
-        norm = float(np.linalg.norm(gradient))
-        if norm > self.max_gradient_norm:
-            raise InvalidInput(f"gradient norm {norm:.3g} exceeds the bound {self.max_gradient_norm:.3g}")
-        counts = result.label_counts
-        if counts.shape != (manifest.num_classes,) or (counts < 0).any():
-            raise InvalidInput(f"label_counts must be {manifest.num_classes} non-negative counts")
-        if result.batch_size < 1 or int(counts.sum()) != result.batch_size:
-            raise InvalidInput("label_counts must sum to batch_size (>= 1)")
-        if (
-            not np.isfinite(result.loss)
-            or not np.isfinite(result.compute_time_ms)
-            or result.compute_time_ms < 0
-        ):
-            raise InvalidInput("loss and compute_time_ms must be finite (time >= 0)")
-        if result.energy is not None and (not np.isfinite(result.energy) or result.energy < 0):
-            raise InvalidInput("energy must be finite and >= 0")
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _set_status(self, status: str, *, actor: str = "admin") -> None:
@@ -424,9 +389,6 @@ class Coordinator:
         """The figures of the demo's summary and the console."""
         with self._lock:
             run = self.run
-            staleness = np.array(self.recent.staleness or [0])
-            sizes = np.array(self.recent.batch_sizes or [0])
-            timings = np.array(self.recent.timings or [(0.0, 0.0)])
             latest = self.evaluations(run.model_id)[-1:] if run else []
             return {
                 "model_id": run.model_id if run else None,
@@ -436,15 +398,5 @@ class Coordinator:
                 "evaluated_version": latest[0]["version"] if latest else None,
                 "devices": self.devices.count(),
                 "strategy": run.strategy.describe() if run else None,
-                "staleness_p50": float(np.percentile(staleness, 50)),
-                "staleness_p99": float(np.percentile(staleness, 99)),
-                "weight_mean": float(np.mean(self.recent.weights)) if self.recent.weights else None,
-                "batch_size_min": int(sizes.min()),
-                "batch_size_p50": float(np.percentile(sizes, 50)),
-                "batch_size_max": int(sizes.max()),
-                "rejections": dict(self.recent.rejections),
-                "predicted_time_ms_p50": float(np.percentile(timings[:, 0], 50)),
-                "measured_time_ms_p50": float(np.percentile(timings[:, 1], 50)),
-                "time_abs_error_ms_p90": float(np.percentile(np.abs(timings[:, 1] - timings[:, 0]), 90)),
-                "tasks_measured": len(self.recent.timings),
+                **self.recent.summary(),
             }

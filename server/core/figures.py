@@ -1,0 +1,38 @@
+"""Bounded windows of recent figures (staleness, weights, batch sizes, task times) and their summary."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RecentFigures:
+    """What the demo and the console chart; bounded so memory stays flat over long runs."""
+
+    staleness: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    weights: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
+    timings: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2000))
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        staleness = np.array(self.staleness or [0])
+        sizes = np.array(self.batch_sizes or [0])
+        timings = np.array(self.timings or [(0.0, 0.0)])
+        return {
+            "staleness_p50": float(np.percentile(staleness, 50)),
+            "staleness_p99": float(np.percentile(staleness, 99)),
+            "weight_mean": float(np.mean(self.weights)) if self.weights else None,
+            "batch_size_min": int(sizes.min()),
+            "batch_size_p50": float(np.percentile(sizes, 50)),
+            "batch_size_max": int(sizes.max()),
+            "rejections": dict(self.rejections),
+            "predicted_time_ms_p50": float(np.percentile(timings[:, 0], 50)),
+            "measured_time_ms_p50": float(np.percentile(timings[:, 1], 50)),
+            "time_abs_error_ms_p90": float(np.percentile(np.abs(timings[:, 1] - timings[:, 0]), 90)),
+            "tasks_measured": len(self.timings),
+        }
