@@ -118,6 +118,23 @@ def demo(
     )
 
 
+@app.command()
+def experiment(
+    name: Annotated[str, typer.Argument(help="experiment name (fleet experiment list)")],
+    quick: Annotated[bool, typer.Option(help="small, fast version (used by tests)")] = False,
+    out: Path | None = None,
+    seed: int = 0,
+) -> None:
+    """Reproduce a figure or table: writes PNG + JSON + markdown under docs/results/."""
+    from experiments import EXPERIMENTS, RESULTS_DIR, run_experiment
+
+    if name == "list":
+        typer.echo("\n".join(sorted(EXPERIMENTS)) or "no experiments registered")
+        return
+    result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed)
+    typer.echo(result.get("summary", {}))
+
+
 @model_app.command("export")
 def model_export(
     names: Annotated[list[str] | None, typer.Argument(help="built-in models (default: all)")] = None,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import ssl
 import subprocess
 import sys
 import time
 
 import httpx
+import numpy as np
 import pytest
 
 from tests.processes import free_port
@@ -65,7 +68,11 @@ def test_serve_over_https(tmp_path):
         deadline = time.monotonic() + 60
         while True:
             try:
-                response = httpx.get(f"https://127.0.0.1:{port}/v1/health", verify=str(cert), timeout=1)
+                response = httpx.get(
+                    f"https://127.0.0.1:{port}/v1/health",
+                    verify=ssl.create_default_context(cafile=str(cert)),
+                    timeout=1,
+                )
                 break
             except httpx.HTTPError:
                 if time.monotonic() > deadline or process.poll() is not None:
@@ -74,7 +81,17 @@ def test_serve_over_https(tmp_path):
         assert response.json() == {"status": "ok"}
         with pytest.raises(httpx.ConnectError):  # an unverified certificate is refused by default
             httpx.get(f"https://127.0.0.1:{port}/v1/health", timeout=5)
-        assert (env_dir / "secrets.json").stat().st_mode & 0o077 == 0  # generated secrets are private
+        secrets_file = env_dir / "secrets.json"
+        assert secrets_file.stat().st_mode & 0o077 == 0  # generated secrets are private
+        from client import DeviceData, Worker, WorkerConfig
+
+        data = DeviceData(np.zeros((4, 1, 28, 28), np.float32), np.arange(4))
+        key = json.loads(secrets_file.read_text())["enrollment_key"]
+        config = WorkerConfig(
+            base_url=f"https://127.0.0.1:{port}", enrollment_key=key, data=data, verify=str(cert)
+        )
+        with Worker(config) as worker:
+            assert worker.enroll().startswith("d-")  # the device worker verifies the server with the CA file
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -1,0 +1,28 @@
+"""Reproductions of the seeds' figures and tables: one module per experiment, run by `fleet experiment NAME`.
+
+Each experiment module exposes ``run(*, quick: bool, out_dir: Path, seed: int) -> dict`` that writes a
+PNG plot, a JSON of the raw series with a top-level ``summary`` object, and a markdown table under
+``docs/results/``, and returns the JSON it wrote. Register it in ``EXPERIMENTS`` below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+# name → module (imported lazily: experiments pull in matplotlib and the simulator)
+EXPERIMENTS: dict[str, str] = {}
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
+
+
+def run_experiment(
+    name: str, *, quick: bool = False, out_dir: Path = RESULTS_DIR, seed: int = 0
+) -> dict[str, Any]:
+    """Run one registered experiment and return what it wrote to its JSON file."""
+    try:
+        module = importlib.import_module(EXPERIMENTS[name])
+    except KeyError:
+        raise ValueError(f"unknown experiment {name!r}; known: {sorted(EXPERIMENTS)}") from None
+    return module.run(quick=quick, out_dir=out_dir, seed=seed)
