@@ -8,6 +8,7 @@ must learn per device model how many samples fit in the 1 s time SLO.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -125,6 +126,11 @@ def run_demo(cfg: DemoConfig) -> int:
     enrollment_key, admin_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     base = f"http://127.0.0.1:{cfg.port}"
     log = (cfg.workdir / "server.log").open("wb")
+    device_log = logging.FileHandler(cfg.workdir / "devices.log")
+    device_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
+    client_logger = logging.getLogger("fleet.client")
+    client_logger.addHandler(device_log)
+    client_logger.propagate = False  # keep device retries out of the progress display
     started = time.monotonic()
     server = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "serve", "--port", str(cfg.port), "--log-level", "warning"],
@@ -161,7 +167,7 @@ def run_demo(cfg: DemoConfig) -> int:
         stats = httpx.get(f"{base}/v1/admin/stats", headers=headers, timeout=10).json()
         evaluations = httpx.get(f"{base}/v1/admin/evaluations", headers=headers, timeout=10).json()
         console.print(_summary(stats, evaluations, time.monotonic() - started, reached, tasks[0]))
-        console.print(f"Server log: {cfg.workdir / 'server.log'}; metrics: {base}/metrics (while running)")
+        console.print(f"Logs: {cfg.workdir / 'server.log'}, {cfg.workdir / 'devices.log'}")
         return 0 if reached is not None else 1
     finally:
         stop.set()

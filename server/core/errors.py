@@ -3,7 +3,8 @@
 CoordinatorError
 ├── NotFound        (unknown task, model or version)
 ├── Forbidden       (a task of another device)
-├── Gone            (lease expired, version out of retention, model no longer training)
+├── Gone            (lease expired, version out of retention)
+│   └── TrainingFinished  (the task's model finished or was replaced)
 ├── Conflict        (a different body for an answered task)
 └── InvalidInput    (shape, finiteness, norm, label counts)
 """
@@ -23,6 +24,10 @@ class Forbidden(CoordinatorError):
 
 class Gone(CoordinatorError):
     pass
+
+
+class TrainingFinished(Gone):
+    """Answers carry reason "training_finished" so devices stop asking."""
 
 
 class Conflict(CoordinatorError):

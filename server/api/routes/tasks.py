@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import asdict
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request, status
@@ -50,21 +51,7 @@ async def request_task(
     metrics.batch_size.observe(answer.batch_size)
     base = f"/v1/models/{answer.model_id}"
     return TaskOut(
-        **{
-            k: getattr(answer, k)
-            for k in (
-                "task_id",
-                "model_id",
-                "version",
-                "batch_size",
-                "lease_seconds",
-                "lease_deadline",
-                "slo_time_ms",
-                "predicted_time_ms",
-                "similarity",
-                "dp",
-            )
-        },
+        **asdict(answer),
         params_url=f"{base}/versions/{answer.version}/params",
         manifest_url=f"{base}/manifest",
         train_graph_url=f"{base}/graphs/train.onnx",
@@ -88,8 +75,6 @@ async def push_result(
         )
     try:
         form = await request.form(max_files=2, max_fields=2, max_part_size=request.app.state.max_body_bytes)
-    except HTTPException:
-        raise
     except Exception as exc:  # malformed multipart: the parser's own message is the useful part
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"

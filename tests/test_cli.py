@@ -1,0 +1,47 @@
+"""The `fleet` command line: help, data preparation, model export, worker argument checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fleet.cli import app
+from models.manifest import Bundle
+
+runner = CliRunner()
+
+
+def test_help_lists_the_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("serve", "worker", "demo", "model", "data", "experiment"):
+        assert command in result.output
+
+
+def test_data_prepare_writes_non_iid_shards(tmp_path):
+    result = runner.invoke(app, ["data", "prepare", "--devices", "5", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    shards = sorted(tmp_path.glob("device_*.npz"))
+    assert len(shards) == 5
+    labels = [np.load(p)["y"] for p in shards]
+    assert sum(len(y) for y in labels) == 4000
+    assert all(len(np.unique(y)) <= 4 for y in labels)  # 2 sorted shards of 400: at most 4 classes each
+    assert len(np.unique(np.concatenate(labels))) == 10
+    with np.load(tmp_path / "test.npz") as test:
+        assert test["x"].shape == (1000, 1, 28, 28) and test["x"].min() >= 0.0 and test["x"].max() <= 1.0
+
+
+def test_model_export_writes_a_loadable_bundle(tmp_path):
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["model", "export", "mlp", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    bundle = Bundle.load(tmp_path / "mlp")
+    assert bundle.manifest.num_params == 101_770
+
+
+def test_worker_needs_an_enrollment_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLEET_ENROLLMENT_KEY", raising=False)
+    result = runner.invoke(app, ["worker", "--data", str(tmp_path / "x.npz")])
+    assert result.exit_code != 0
+    assert "enrollment-key" in result.output
