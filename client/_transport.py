@@ -216,8 +216,9 @@ class ApiClient:
         url: str | None = None,
         num_params: int | None = None,
         revalidate: bool = False,
+        encoding: str = "float32",
     ) -> np.ndarray:
-        """A version's flat float32 parameters (read-only array).
+        """A version's flat float32 parameters (read-only array); ``encoding="float16"`` halves the bytes.
 
         Versions are immutable, so a cached version is served without a request; ``revalidate``
         asks anyway with ``If-None-Match`` (a ``304`` keeps the cached copy).
@@ -228,14 +229,16 @@ class ApiClient:
             return cached[1]
         headers = {"If-None-Match": cached[0]} if cached is not None and cached[0] else {}
         url = url or f"/v1/models/{model_id}/versions/{version}/params"
-        response = self._request("GET", url, headers=headers, ok=(200, 304))
+        params = {"encoding": encoding} if encoding != "float32" else None
+        response = self._request("GET", url, headers=headers, params=params, ok=(200, 304))
         if response.status_code == 304 and cached is not None:
             return cached[1]
         if response.status_code == 304:
             raise WorkerError("304 for parameters that are not cached", status_code=304)
-        if len(response.content) % 4:
-            raise WorkerError(f"parameter body of {len(response.content)} bytes is not float32")
-        flat = np.frombuffer(response.content, dtype="<f4").astype(np.float32)
+        dtype = WIRE_DTYPES[encoding]
+        if len(response.content) % np.dtype(dtype).itemsize:
+            raise WorkerError(f"parameter body of {len(response.content)} bytes is not {encoding}")
+        flat = np.frombuffer(response.content, dtype=dtype).astype(np.float32)
         if num_params is not None and flat.size != num_params:
             raise WorkerError(f"version {version} has {flat.size} parameters, manifest says {num_params}")
         flat.flags.writeable = False
@@ -260,10 +263,17 @@ class ApiClient:
         raise _error_from(response)
 
 
-def encode_multipart(meta: dict[str, Any], gradient: np.ndarray) -> tuple[str, bytes]:
-    """``(content_type, body)`` of the result push: parts ``meta`` (JSON) and ``gradient`` (raw <f4)."""
+WIRE_DTYPES = {"float32": "<f4", "float16": "<f2"}
+
+
+def encode_multipart(
+    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
+) -> tuple[str, bytes]:
+    """``(content_type, body)`` of a result push: parts ``meta`` (JSON) and ``gradient`` (<f4 or <f2)."""
+    if encoding != "float32":
+        meta = {**meta, "encoding": encoding}
     meta_bytes = json.dumps(meta, allow_nan=False).encode()
-    grad_bytes = np.ascontiguousarray(gradient, dtype="<f4").tobytes()
+    grad_bytes = np.ascontiguousarray(gradient, dtype=WIRE_DTYPES[encoding]).tobytes()
     while True:
         boundary = f"fleet-{secrets.token_hex(16)}"
         marker = boundary.encode()

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import numpy as np
@@ -66,6 +66,7 @@ class WorkerConfig:
     verify: bool | str = True
     cert: str | None = None
     energy_model: EnergyModel = field(default_factory=EnergyModel)
+    wire_encoding: Literal["float32", "float16"] = "float32"  # of pulled parameters and pushed gradients
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,11 @@ class Worker:
         grant = self._request_task()
         manifest, session = self._model(grant)
         params = self.api.params(
-            grant.model_id, grant.version, url=grant.params_url, num_params=manifest.num_params
+            grant.model_id,
+            grant.version,
+            url=grant.params_url,
+            num_params=manifest.num_params,
+            encoding=self.config.wire_encoding,
         )
         x, y = self.data.sample(grant.batch_size, self._rng)
         x = _fit_input(x, manifest.input_shape)
@@ -266,7 +271,7 @@ class Worker:
         return manifest, session
 
     def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
-        content_type, body = encode_multipart(meta, gradient)
+        content_type, body = encode_multipart(meta, gradient, self.config.wire_encoding)
         for attempt in range(1, max(1, self.config.push_attempts) + 1):
             try:
                 return self.api.push_encoded(grant.task_id, content_type, body)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -25,6 +27,8 @@ class Features(BaseModel):
 
 
 class TaskIn(BaseModel):
+    """A task request; the device model given at enrollment is the one the profiler uses."""
+
     device_model: str | None = Field(None, max_length=120)
     features: Features = Features()
     label_counts: list[int] = Field(max_length=10_000)
@@ -61,6 +65,7 @@ class ResultMeta(BaseModel):
     compute_time_ms: float
     energy: float | None = None
     batch_size: int = Field(ge=1)
+    encoding: Literal["float32", "float16"] = "float32"  # of the gradient part
 
 
 class PushOut(BaseModel):
@@ -70,6 +75,7 @@ class PushOut(BaseModel):
     version: int
     applied: bool
     duplicate: bool = False
+    tau_thres: float | None = None
 
 
 class ModelOut(BaseModel):

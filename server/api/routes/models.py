@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+import numpy as np
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
@@ -70,14 +73,22 @@ def versions(model_id: str, coordinator: CoordinatorDep) -> list[VersionOut]:
     responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}},
 )
 def params(
-    model_id: str, version: int, coordinator: CoordinatorDep, if_none_match: str | None = Header(None)
+    model_id: str,
+    version: int,
+    coordinator: CoordinatorDep,
+    if_none_match: str | None = Header(None),
+    encoding: Literal["float32", "float16"] = Query("float32"),
 ) -> Response:
-    etag = f'"{model_id}:{version}"'
+    """Little-endian float32 parameters, or float16 (half the bytes) with ``?encoding=float16``."""
+    etag = f'"{model_id}:{version}:{encoding}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
     if if_none_match == etag:
         coordinator.catalog.row(model_id)
         return Response(status_code=304, headers=headers)
-    return Response(coordinator.catalog.params_bytes(model_id, version), media_type=OCTET, headers=headers)
+    data = coordinator.catalog.params_bytes(model_id, version)
+    if encoding == "float16":
+        data = np.frombuffer(data, dtype="<f4").astype("<f2").tobytes()
+    return Response(data, media_type=OCTET, headers=headers)
 
 
 @router.get("/{model_id}/inference.onnx", response_class=Response, responses={200: {"content": {OCTET: {}}}})

@@ -92,9 +92,10 @@ async def push_result(
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is invalid: {exc.errors()}"
         ) from exc
-    if len(gradient_bytes) % 4:
+    dtype, width = ("<f2", 2) if meta.encoding == "float16" else ("<f4", 4)
+    if len(gradient_bytes) % width:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "gradient length is not a multiple of 4 bytes"
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"gradient length is not a multiple of {width} bytes"
         )
     result = TaskResult(
         label_counts=np.asarray(meta.label_counts, dtype=np.int64),
@@ -102,7 +103,7 @@ async def push_result(
         compute_time_ms=meta.compute_time_ms,
         energy=meta.energy,
         batch_size=meta.batch_size,
-        gradient=np.frombuffer(gradient_bytes, dtype="<f4").astype(np.float32),
+        gradient=np.frombuffer(gradient_bytes, dtype=dtype).astype(np.float32),
         digest=hashlib.sha256(meta_bytes + b"\x00" + gradient_bytes).hexdigest(),
     )
     outcome = await run_in_threadpool(coordinator.submit, device, task_id, result)

@@ -1,0 +1,84 @@
+"""System benchmarks: each prints its figures and ratios measured side by side in one run.
+
+Each module exposes ``run(*, quick: bool) -> dict`` returning ``{"name", "figures": {...}, "table": [rows]}``;
+`fleet bench NAME` / `fleet bench all` run them and write docs/results/performance.md and .json.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS: dict[str, str] = {
+    "gradient": "bench.gradient",
+    "throughput": "bench.throughput",
+    "memory": "bench.memory",
+    "wire": "bench.wire",
+}
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on (load included: these machines are shared and noisy)."""
+    import numpy as np
+    import onnxruntime
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
+    """Run the named benchmarks, merge them into performance.json and rewrite performance.md."""
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ("performance-quick.json" if quick else "performance.json")
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results.setdefault("benchmarks", {})
+    for name in names:
+        module = importlib.import_module(BENCHMARKS[name])
+        result = module.run(quick=quick)
+        result["machine"] = machine()
+        results["benchmarks"][name] = result
+    path.write_text(json.dumps(results, indent=1))
+    path.with_suffix(".md").write_text(render_markdown(results))
+    return results
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    lines = ["# Performance", "", "Written by `fleet bench all` (see bench/). Ratios are measured side by side in one",
+             "run; absolute numbers depend on the machine and its load, given with each table.", ""]
+    for name, result in results["benchmarks"].items():
+        m = result["machine"]
+        lines += [f"## {result.get('title', name)}", "",
+                  f"Machine: {m['cpu']}, {m['cores']} cores, load {m['load_average']}, {m['date']}.", ""]
+        if result.get("note"):
+            lines += [result["note"], ""]
+        table = result.get("table") or []
+        if table:
+            header = list(table[0])
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(str(row[h]) for h in header) + " |" for row in table]
+            lines.append("")
+    return "\n".join(lines)
