@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, str] = {
     "throughput": "bench.throughput",
     "memory": "bench.memory",
     "wire": "bench.wire",
+    "profiler": "bench.profiler",
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -67,12 +68,21 @@ def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RES
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    lines = ["# Performance", "", "Written by `fleet bench all` (see bench/). Ratios are measured side by side in one",
-             "run; absolute numbers depend on the machine and its load, given with each table.", ""]
+    lines = [
+        "# Performance",
+        "",
+        "Written by `fleet bench all` (see bench/). Ratios are measured side by side in one",
+        "run; absolute numbers depend on the machine and its load, given with each table.",
+        "",
+    ]
     for name, result in results["benchmarks"].items():
         m = result["machine"]
-        lines += [f"## {result.get('title', name)}", "",
-                  f"Machine: {m['cpu']}, {m['cores']} cores, load {m['load_average']}, {m['date']}.", ""]
+        lines += [
+            f"## {result.get('title', name)}",
+            "",
+            f"Machine: {m['cpu']}, {m['cores']} cores, load {m['load_average']}, {m['date']}.",
+            "",
+        ]
         if result.get("note"):
             lines += [result["note"], ""]
         table = result.get("table") or []

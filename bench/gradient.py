@@ -25,7 +25,9 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def measure(name: str, threads: int, *, batch: int = 100, rounds: int = 5, repeats: int = 40) -> dict[str, Any]:
+def measure(
+    name: str, threads: int, *, batch: int = 100, rounds: int = 5, repeats: int = 40
+) -> dict[str, Any]:
     import torch
 
     from client import GradientSession
@@ -60,16 +62,32 @@ def measure(name: str, threads: int, *, batch: int = 100, rounds: int = 5, repea
     finally:
         torch.set_num_threads(previous)
     ort, ref = statistics.median(ort_ms), statistics.median(torch_ms)
-    return {"model": name, "threads": threads, "onnxruntime_ms": round(ort, 3), "torch_ms": round(ref, 3),
-            "ratio": round(ort / ref, 3), "target": f"≤ {TARGETS[name]}", "met": ort / ref <= TARGETS[name]}
+    return {
+        "model": name,
+        "threads": threads,
+        "onnxruntime_ms": round(ort, 3),
+        "torch_ms": round(ref, 3),
+        "ratio": round(ort / ref, 3),
+        "target": f"≤ {TARGETS[name]}",
+        "met": ort / ref <= TARGETS[name],
+    }
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    rows = [measure(name, threads, rounds=2 if quick else 7, repeats=10 if quick else 40)
-            for name in ("mnist_cnn", "mlp") for threads in (1, 2)]
+    rows = [
+        measure(name, threads, rounds=2 if quick else 7, repeats=10 if quick else 40)
+        for name in ("mnist_cnn", "mlp")
+        for threads in (1, 2)
+    ]
     for row in rows:
-        print(f"gradient {row['model']:9s} {row['threads']} thr: onnxruntime {row['onnxruntime_ms']:.2f} ms, "
-              f"torch {row['torch_ms']:.2f} ms, ratio {row['ratio']:.2f} (target {row['target']})")
-    return {"name": "gradient", "title": "Device gradient time (batch 100, median)", "table": rows,
-            "note": "onnxruntime runs the exported training graph (client.GradientSession); torch runs "
-                    "torch.func.grad_and_value over the same module. Interleaved rounds, ratio of medians."}
+        print(
+            f"gradient {row['model']:9s} {row['threads']} thr: onnxruntime {row['onnxruntime_ms']:.2f} ms, "
+            f"torch {row['torch_ms']:.2f} ms, ratio {row['ratio']:.2f} (target {row['target']})"
+        )
+    return {
+        "name": "gradient",
+        "title": "Device gradient time (batch 100, median)",
+        "table": rows,
+        "note": "onnxruntime runs the exported training graph (client.GradientSession); torch runs "
+        "torch.func.grad_and_value over the same module. Interleaved rounds, ratio of medians.",
+    }

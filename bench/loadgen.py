@@ -19,8 +19,12 @@ import numpy as np
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-async def device(client: httpx.AsyncClient, key: str, index: int, deadline: float, out: dict[str, list]) -> None:
-    enrolled = await client.post("/v1/devices", json={"enrollment_key": key, "device_model": f"Bench {index % 5}"})
+async def device(
+    client: httpx.AsyncClient, key: str, index: int, deadline: float, out: dict[str, list]
+) -> None:
+    enrolled = await client.post(
+        "/v1/devices", json={"enrollment_key": key, "device_model": f"Bench {index % 5}"}
+    )
     headers = {"Authorization": f"Bearer {enrolled.json()['token']}"}
     active = (await client.get("/v1/models/active")).json()
     classes, n = active["num_classes"], active["num_params"]
@@ -28,8 +32,9 @@ async def device(client: httpx.AsyncClient, key: str, index: int, deadline: floa
     gradient = (rng.standard_normal(n) * 1e-4).astype("<f4").tobytes()
     counts = [0] * classes
     counts[index % classes] = 10
-    meta = json.dumps({"label_counts": counts, "loss": 1.0, "compute_time_ms": 50.0, "energy": 0.001,
-                       "batch_size": 10})
+    meta = json.dumps(
+        {"label_counts": counts, "loss": 1.0, "compute_time_ms": 50.0, "energy": 0.001, "batch_size": 10}
+    )
     body = {"label_counts": counts, "features": {"total_memory": 4e9, "available_memory": 1e9}}
     while time.monotonic() < deadline:
         started = time.perf_counter()
@@ -44,7 +49,10 @@ async def device(client: httpx.AsyncClient, key: str, index: int, deadline: floa
         params = await client.get(task["params_url"])
         out["pull_ms"].append((time.perf_counter() - started) * 1e3)
         out["pull_bytes"].append(len(params.content))
-        files = {"meta": (None, meta, "application/json"), "gradient": ("g", gradient, "application/octet-stream")}
+        files = {
+            "meta": (None, meta, "application/json"),
+            "gradient": ("g", gradient, "application/octet-stream"),
+        }
         started = time.perf_counter()
         pushed = await client.post(f"/v1/tasks/{task['task_id']}/result", files=files, headers=headers)
         out["push_ms"].append((time.perf_counter() - started) * 1e3)
@@ -57,8 +65,9 @@ async def device(client: httpx.AsyncClient, key: str, index: int, deadline: floa
 async def main(url: str, key: str, devices: int, seconds: float) -> dict[str, object]:
     if urlparse(url).hostname not in LOOPBACK:
         raise SystemExit("load tests only target loopback")
-    out: dict[str, list] = {k: [] for k in ("task_ms", "pull_ms", "push_ms", "pull_bytes", "push_bytes",
-                                            "rejected", "failed")}
+    out: dict[str, list] = {
+        k: [] for k in ("task_ms", "pull_ms", "push_ms", "pull_bytes", "push_bytes", "rejected", "failed")
+    }
     limits = httpx.Limits(max_connections=devices, max_keepalive_connections=devices)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
         deadline = time.monotonic() + seconds
@@ -70,11 +79,17 @@ async def main(url: str, key: str, devices: int, seconds: float) -> dict[str, ob
         return round(float(np.percentile(values, q)), 2) if values else None
 
     return {
-        "devices": devices, "seconds": round(elapsed, 2), "pushes": len(out["push_bytes"]),
+        "devices": devices,
+        "seconds": round(elapsed, 2),
+        "pushes": len(out["push_bytes"]),
         "pushes_per_s": round(len(out["push_bytes"]) / elapsed, 1),
-        "task_p50_ms": pct(out["task_ms"], 50), "task_p99_ms": pct(out["task_ms"], 99),
-        "pull_p50_ms": pct(out["pull_ms"], 50), "push_p50_ms": pct(out["push_ms"], 50),
-        "push_p99_ms": pct(out["push_ms"], 99), "rejected": len(out["rejected"]), "failed": len(out["failed"]),
+        "task_p50_ms": pct(out["task_ms"], 50),
+        "task_p99_ms": pct(out["task_ms"], 99),
+        "pull_p50_ms": pct(out["pull_ms"], 50),
+        "push_p50_ms": pct(out["push_ms"], 50),
+        "push_p99_ms": pct(out["push_ms"], 99),
+        "rejected": len(out["rejected"]),
+        "failed": len(out["failed"]),
         "pull_bytes": int(np.mean(out["pull_bytes"])) if out["pull_bytes"] else 0,
         "push_bytes": int(np.mean(out["push_bytes"])) if out["push_bytes"] else 0,
     }

@@ -45,8 +45,17 @@ def installed_mb(names: tuple[str, ...] = CLIENT_DISTRIBUTIONS) -> dict[str, flo
         for requirement in dist.requires or []:
             if "extra ==" in requirement:
                 continue
-            visit(requirement.split(";")[0].split("[")[0].split(" ")[0].split("<")[0].split(">")[0]
-                  .split("=")[0].split("~")[0].split("!")[0].strip())
+            visit(
+                requirement.split(";")[0]
+                .split("[")[0]
+                .split(" ")[0]
+                .split("<")[0]
+                .split(">")[0]
+                .split("=")[0]
+                .split("~")[0]
+                .split("!")[0]
+                .strip()
+            )
 
     for name in names:
         visit(name)
@@ -60,8 +69,12 @@ def worker_rss(tasks: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         shards, _ = write_shards(Path(tmp) / "data", devices=1)
         with ServerProcess(Path(tmp) / "server", max_batch=100) as server:
-            done = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, server.url, ENROLL, str(shards[0]),
-                                   str(tasks)], capture_output=True, text=True, timeout=600)
+            done = subprocess.run(
+                [sys.executable, "-c", WORKER_SCRIPT, server.url, ENROLL, str(shards[0]), str(tasks)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -71,16 +84,38 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     rss = worker_rss(20 if quick else 100)
     sizes = installed_mb()
     total = sum(sizes.values())
-    rows = [{"figure": f"worker RSS after {rss['tasks']} tasks (MNIST CNN)", "value": f"{rss['rss_mb']:.0f} MB",
-             "target": f"≤ {RSS_TARGET_MB} MB", "met": rss["rss_mb"] <= RSS_TARGET_MB},
-            {"figure": "torch imported by the worker", "value": rss["torch_loaded"], "target": "False",
-             "met": not rss["torch_loaded"]},
-            {"figure": "client dependencies installed", "value": f"{total:.0f} MB", "target": "no torch",
-             "met": "torch" not in sizes}]
-    rows += [{"figure": f"  {name}", "value": f"{mb:.1f} MB", "target": "", "met": ""}
-             for name, mb in sorted(sizes.items(), key=lambda kv: -kv[1])]
-    print(f"memory: worker RSS {rss['rss_mb']:.0f} MB after {rss['tasks']} tasks (target ≤ {RSS_TARGET_MB}); "
-          f"client dependencies {total:.0f} MB: " + ", ".join(f"{k} {v:.0f}" for k, v in sizes.items()))
-    return {"name": "memory", "title": "Device memory and installed size", "table": rows,
-            "note": "RSS of a `client.Worker` process (psutil) right after its last task; sizes are the files "
-                    "each distribution installed, with its requirements followed transitively."}
+    rows = [
+        {
+            "figure": f"worker RSS after {rss['tasks']} tasks (MNIST CNN)",
+            "value": f"{rss['rss_mb']:.0f} MB",
+            "target": f"≤ {RSS_TARGET_MB} MB",
+            "met": rss["rss_mb"] <= RSS_TARGET_MB,
+        },
+        {
+            "figure": "torch imported by the worker",
+            "value": rss["torch_loaded"],
+            "target": "False",
+            "met": not rss["torch_loaded"],
+        },
+        {
+            "figure": "client dependencies installed",
+            "value": f"{total:.0f} MB",
+            "target": "no torch",
+            "met": "torch" not in sizes,
+        },
+    ]
+    rows += [
+        {"figure": f"  {name}", "value": f"{mb:.1f} MB", "target": "", "met": ""}
+        for name, mb in sorted(sizes.items(), key=lambda kv: -kv[1])
+    ]
+    print(
+        f"memory: worker RSS {rss['rss_mb']:.0f} MB after {rss['tasks']} tasks (target ≤ {RSS_TARGET_MB}); "
+        f"client dependencies {total:.0f} MB: " + ", ".join(f"{k} {v:.0f}" for k, v in sizes.items())
+    )
+    return {
+        "name": "memory",
+        "title": "Device memory and installed size",
+        "table": rows,
+        "note": "RSS of a `client.Worker` process (psutil) right after its last task; sizes are the files "
+        "each distribution installed, with its requirements followed transitively.",
+    }

@@ -1,7 +1,7 @@
 """Coordinator throughput and latency over real HTTP, against the in-process limits, per layer.
 
 Three layers are timed in the same run, per model:
-- ``math``: decode the float32 body, validate it, AdaSGD weighs it, the parameter update (no HTTP, no storage);
+- ``math``: decode the float32 body, validate it, AdaSGD weighs it, update the parameters (no HTTP, no DB);
 - ``core``: ``Coordinator.request_task`` + ``submit`` on a SQLite file (every push a durable transaction);
 - ``http``: `fleet serve` in its own process, a load generator (bench.loadgen) in another, over loopback.
 """
@@ -52,8 +52,9 @@ def core_us(model: str, updates: int) -> float:
     from server.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(data_dir=Path(tmp), enrollment_key="k", admin_token="a", initial_model=model,
-                            eval_data=None)
+        settings = Settings(
+            data_dir=Path(tmp), enrollment_key="k", admin_token="a", initial_model=model, eval_data=None
+        )
         coordinator = build_coordinator(settings)
         device, _ = coordinator.enroll("Bench")
         manifest = coordinator.run.manifest
@@ -73,8 +74,12 @@ def http_load(model: str, devices: int, seconds: float) -> dict[str, Any]:
     from fleet.server_process import ENROLL, ServerProcess
 
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), initial_model=model) as server:
-        done = subprocess.run([sys.executable, "-m", "bench.loadgen", server.url, ENROLL, str(devices), str(seconds)],
-                              capture_output=True, text=True, timeout=seconds + 120)
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.loadgen", server.url, ENROLL, str(devices), str(seconds)],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+        )
         if done.returncode != 0:
             raise RuntimeError(done.stderr[-2000:])
         return json.loads(done.stdout.strip().splitlines()[-1])
@@ -89,19 +94,28 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             load = http_load(model, devices, 3.0 if quick else 15.0)
             http_us = 1e6 / load["pushes_per_s"] if load["pushes_per_s"] else float("inf")
             row = {
-                "model": model, "devices": devices, "pushes/s": load["pushes_per_s"],
+                "model": model,
+                "devices": devices,
+                "pushes/s": load["pushes_per_s"],
                 "task p50/p99 ms": f"{load['task_p50_ms']} / {load['task_p99_ms']}",
                 "push p50/p99 ms": f"{load['push_p50_ms']} / {load['push_p99_ms']}",
-                "µs/update math": round(math, 1), "µs/update core+storage": round(core, 1),
+                "µs/update math": round(math, 1),
+                "µs/update core+storage": round(core, 1),
                 "µs/update http": round(http_us, 1),
                 "ratio to in-process limit": round((1e6 / core) / max(load["pushes_per_s"], 1e-9), 2),
                 "target pushes/s": TARGETS[model],
                 "met": load["pushes_per_s"] >= TARGETS[model] and (load["push_p99_ms"] or 1e9) <= 100,
             }
             rows.append(row)
-            print(f"throughput {model:9s} {devices:3d} devices: {row['pushes/s']} pushes/s "
-                  f"(target {TARGETS[model]}), push p99 {load['push_p99_ms']} ms; µs/update: math {math:.0f}, "
-                  f"core+storage {core:.0f}, http {http_us:.0f}")
-    return {"name": "throughput", "title": "Coordinator throughput and latency (durable pushes)", "table": rows,
-            "note": "Ratio to in-process limit = (1 / core+storage µs) / HTTP pushes per second; the load "
-                    "generator runs in its own process on the same 2 cores as the server."}
+            print(
+                f"throughput {model:9s} {devices:3d} devices: {row['pushes/s']} pushes/s "
+                f"(target {TARGETS[model]}), push p99 {load['push_p99_ms']} ms; µs/update: math {math:.0f}, "
+                f"core+storage {core:.0f}, http {http_us:.0f}"
+            )
+    return {
+        "name": "throughput",
+        "title": "Coordinator throughput and latency (durable pushes)",
+        "table": rows,
+        "note": "Ratio to in-process limit = (1 / core+storage µs) / HTTP pushes per second; the load "
+        "generator runs in its own process on the same 2 cores as the server.",
+    }

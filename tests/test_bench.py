@@ -1,0 +1,38 @@
+"""The benchmarks run end to end in quick mode and write their table (numbers are not asserted here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import run_benchmarks
+from bench.memory import installed_mb
+
+pytestmark = pytest.mark.slow
+
+
+def test_wire_and_gradient_benchmarks_write_the_table(tmp_path):
+    pytest.importorskip("torch")
+    results = run_benchmarks(["wire", "gradient"], quick=True, out_dir=tmp_path)
+    wire = results["benchmarks"]["wire"]["table"]
+    assert {(r["model"], r["encoding"]) for r in wire} == {
+        (m, e) for m in ("mnist_cnn", "mlp") for e in ("float32", "float16")
+    }
+    for row in wire:  # float16 moves about half the bytes of float32, per model and direction
+        twin = next(r for r in wire if r["model"] == row["model"] and r["encoding"] != row["encoding"])
+        if row["encoding"] == "float16":
+            assert row["pull bytes/task"] < 0.55 * twin["pull bytes/task"]
+    gradient = results["benchmarks"]["gradient"]["table"]
+    assert all(r["onnxruntime_ms"] > 0 and r["torch_ms"] > 0 for r in gradient)
+    assert json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"].keys() == {
+        "wire",
+        "gradient",
+    }
+    assert "Wire size" in (tmp_path / "performance-quick.md").read_text()
+
+
+def test_client_dependencies_do_not_include_torch():
+    sizes = installed_mb()
+    assert {"numpy", "onnxruntime", "httpx", "psutil"} <= set(sizes)
+    assert "torch" not in sizes and "scikit-learn" not in sizes
