@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 # name → module (imported lazily: experiments pull in matplotlib and the simulator)
-EXPERIMENTS: dict[str, str] = {}
+EXPERIMENTS: dict[str, str] = {
+    "staleness": "experiments.staleness",
+    "iid": "experiments.iid",
+    "long-tail": "experiments.long_tail",
+    "pruning": "experiments.pruning",
+    "async-vs-sync": "experiments.async_vs_sync",
+    "wire-float16": "experiments.wire_float16",
+    "profiler-time": "experiments.profiler_time",
+    "profiler-energy": "experiments.profiler_energy",
+}
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 

@@ -14,6 +14,8 @@ model_app = typer.Typer(help="Export and push models.", no_args_is_help=True)
 data_app = typer.Typer(help="Prepare device data shards.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(data_app, name="data")
+profiler_app = typer.Typer(help="I-Prof: bootstrap data for the cold start.", no_args_is_help=True)
+app.add_typer(profiler_app, name="profiler")
 
 
 def _logging(verbose: bool) -> None:
@@ -135,6 +137,18 @@ def experiment(
     typer.echo(result.get("summary", {}))
 
 
+@app.command()
+def bench(
+    names: Annotated[list[str], typer.Argument(help="benchmarks to run, or 'all'")],
+    quick: Annotated[bool, typer.Option(help="short runs (used by tests)")] = False,
+) -> None:
+    """Measure the system against its limits; writes docs/results/performance.md and .json."""
+    from bench import BENCHMARKS, run_benchmarks
+
+    selected = sorted(BENCHMARKS) if names == ["all"] else names
+    run_benchmarks(selected, quick=quick)
+
+
 @model_app.command("export")
 def model_export(
     names: Annotated[list[str] | None, typer.Argument(help="built-in models (default: all)")] = None,
@@ -185,6 +199,33 @@ def data_prepare(
 
     paths, test = write_shards(out, devices=devices, partition=partition, seed=seed)
     typer.echo(f"wrote {len(paths)} shards and {test} ({os.path.getsize(test)} bytes)")
+
+
+@profiler_app.command("bootstrap")
+def profiler_bootstrap(
+    out: Path = Path("var/profiler/bootstrap.csv"),
+    time_slo_ms: float = 3000.0,
+    energy_slo: Annotated[float | None, typer.Option(help="also grow until energy reaches 2x this")] = None,
+    catalog: Annotated[Path | None, typer.Option(help="device catalogue CSV or FedScale trace")] = None,
+    runs: int = 3,
+    seed: int = 0,
+) -> None:
+    """Grow batch sizes on the catalogue's bootstrap devices until 2x the SLO; write the cold-start data."""
+    import numpy as np
+
+    from sim.bootstrap import collect_bootstrap, write_bootstrap
+    from sim.devices import CATALOG_PATH, load_catalog, split_roles
+
+    train, _ = split_roles(load_catalog(catalog or CATALOG_PATH))
+    rows = collect_bootstrap(
+        train or load_catalog(catalog or CATALOG_PATH),
+        time_slo_ms=time_slo_ms,
+        energy_slo=energy_slo,
+        runs_per_device=runs,
+        rng=np.random.default_rng(seed),
+    )
+    path = write_bootstrap(rows, out)
+    typer.echo(f"wrote {len(rows)} rows from {len({r['device_model'] for r in rows})} devices to {path}")
 
 
 if __name__ == "__main__":

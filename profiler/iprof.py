@@ -43,7 +43,7 @@ class BatchDecision:
     energy_bound: float | None
     predicted_time_ms: float
     predicted_energy: float
-    source: Literal["cold", "personal"]
+    source: Literal["cold", "personal", "maui"]
 
 
 class IProf(BaseEstimator):
@@ -64,6 +64,10 @@ class IProf(BaseEstimator):
     refit_every : re-train the cold-start models every this many observations (0 = never).
     max_pairs : observed pairs kept per predictor for those refits.
     scale_target : see ``SlopeRegressor``.
+    relative_memory : feed available memory as a fraction of total memory (memory pressure). Raw
+        bytes mostly encode the phone class, which total memory already gives; within one phone they
+        fluctuate by hundreds of MB, and the cold start's between-phone coefficient then turns that
+        noise into large slope swings (measured in docs/results/profiler-time.md).
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class IProf(BaseEstimator):
         refit_every: int = 1000,
         max_pairs: int = 10_000,
         scale_target: bool = True,
+        relative_memory: bool = False,
     ) -> None:
         self.time_slo_ms = time_slo_ms
         self.energy_slo = energy_slo
@@ -99,6 +104,7 @@ class IProf(BaseEstimator):
         self.refit_every = refit_every
         self.max_pairs = max_pairs
         self.scale_target = scale_target
+        self.relative_memory = relative_memory
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -115,6 +121,8 @@ class IProf(BaseEstimator):
         """
         self._validate_hyperparameters()
         x = as_matrix(features, ENERGY_FEATURES)
+        if self.relative_memory:
+            x[:, 0] = x[:, 0] / x[:, 1]
         t = np.asarray(time_slopes, dtype=np.float64)
         if t.shape != (x.shape[0],):
             raise ValueError(f"{x.shape[0]} feature rows but time_slopes has shape {t.shape}")
@@ -175,7 +183,7 @@ class IProf(BaseEstimator):
     def batch_size(self, device_model: str, features: Mapping[str, Any]) -> BatchDecision:
         """The mini-batch bound L for this device model in this state (hot path: no sklearn validation)."""
         self._ensure_fitted()
-        values = row_values(features, ENERGY_FEATURES)
+        values = self._values(features)
         alpha_t, personal = self.time_.predict_one(values[: len(FEATURES)], device_model)
         alpha_e, _ = self.energy_.predict_one(values, device_model)
         time_bound = max(1.0, (self.time_slo_ms - self.intercept_ms) / alpha_t)
@@ -211,7 +219,7 @@ class IProf(BaseEstimator):
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not math.isfinite(time_ms):
             raise ValueError(f"time_ms must be finite, got {time_ms}")
-        values = row_values(features, ENERGY_FEATURES)
+        values = self._values(features)
         self.time_.observe_one(
             values[: len(FEATURES)], (time_ms - self.intercept_ms) / batch_size, device_model
         )
@@ -295,6 +303,14 @@ class IProf(BaseEstimator):
             scale_target=self.scale_target,
             max_pairs=self.max_pairs,
         )
+
+    def _values(self, features: Mapping[str, Any]) -> list[float | None]:
+        """One request's feature values in column order, memory made relative if configured."""
+        values = row_values(features, ENERGY_FEATURES)
+        if self.relative_memory:
+            available, total = values[0], values[1]
+            values[0] = None if available is None or not total else available / total
+        return values
 
     def _ensure_fitted(self) -> None:
         """A fresh server works: cold-start from the built-in prior on first use."""

@@ -20,6 +20,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+from sklearn import config_context
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.linear_model import LinearRegression, SGDRegressor
 from sklearn.preprocessing import StandardScaler
@@ -301,7 +302,10 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         if reg is None:
             reg = self.models_[device_model] = self._pa_from_coef(self._theta_cold, 1.0)
             self.n_updates_[device_model] = 0
-        reg.partial_fit(_augment(z), y / self.y_scale_)
+        # the inputs were validated above (finite y, standardised z): skip sklearn's re-validation,
+        # which is most of the cost of a one-row update on the request path
+        with config_context(assume_finite=True, skip_parameter_validation=True):
+            reg.partial_fit(_augment(z), y / self.y_scale_)
         self.n_updates_[device_model] += len(y)
         self._fast_personal[device_model] = reg.coef_.tolist()
         for row, alpha in zip(z, y, strict=True):

@@ -22,7 +22,7 @@ class Settings(BaseSettings):
 
     # model and strategy
     initial_model: str | None = "mnist_cnn"  # built-in model to train when the database holds none
-    strategy: Literal["adasgd", "dynsgd", "fedavg-async"] = "adasgd"
+    strategy: Literal["adasgd", "dynsgd", "fedavg-async", "fedbuff", "ssgd"] = "adasgd"
     learning_rate: float = Field(0.05, gt=0)
     k: int = Field(1, ge=1)
     time_window: float | None = None
@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     boost_floor: float = Field(0.1, gt=0, le=1)
     boost_scope: Literal["all", "stragglers", "none"] = "all"
     global_counts: Literal["samples", "weighted"] = "samples"
+    over_selection: float = Field(1.0, ge=1)  # ssgd: tasks granted per round = ceil(k·this)
 
     # controller and profiler
     size_drop: float = Field(0.0, ge=0, lt=1)
@@ -41,6 +42,8 @@ class Settings(BaseSettings):
     min_batch: int = Field(1, ge=1)
     max_batch: int = Field(1000, ge=1)
     profiler_bootstrap: Path | None = None
+    profiler_params: dict[str, float | bool] = {}  # extra IProf hyperparameters, e.g. {"time_epsilon": 0.01}
+    profiler_baseline: Literal["none", "maui"] = "none"  # "maui": alternate requests with MAUI (experiments)
 
     # protocol limits
     lease_seconds: float = Field(60.0, gt=0)

@@ -130,3 +130,66 @@ def test_controller_rejects_small_batches_with_retry_after(make_api):
     assert response.json()["reason"] == "small_batch" and response.json()["retry_after"] > 0
     stats = api.http.get("/v1/admin/stats", headers=ADMIN_HEADERS).json()
     assert stats["rejections"] == {"small_batch": 1}
+
+
+def test_push_after_training_finished_tells_the_device_to_stop(make_api):
+    api = make_api()
+    headers = api.enroll()
+    n = api.coordinator.run.manifest.num_params
+    open_task = api.task(headers).json()
+    api.http.put("/v1/admin/training/stop", headers=ADMIN_HEADERS, json={"max_versions": 1})
+    done = api.task(headers).json()
+    assert api.push(headers, done["task_id"], np.full(n, 1e-3)).status_code == 200  # reaches version 1
+    late = api.push(headers, open_task["task_id"], np.full(n, 1e-3))
+    assert late.status_code == 410 and late.json()["reason"] == "training_finished"
+    assert api.coordinator.run.version == 1
+
+
+def test_float16_pull_and_push_halve_the_bytes(make_api):
+    api = make_api()
+    model_id = api.coordinator.run.model_id
+    full = api.http.get(f"/v1/models/{model_id}/versions/0/params")
+    half = api.http.get(f"/v1/models/{model_id}/versions/0/params", params={"encoding": "float16"})
+    assert len(half.content) * 2 == len(full.content) and half.headers["etag"] != full.headers["etag"]
+    np.testing.assert_allclose(
+        np.frombuffer(half.content, "<f2"), np.frombuffer(full.content, "<f4"), atol=1e-3
+    )
+    headers = api.enroll()
+    task = api.task(headers).json()
+    n = api.coordinator.run.manifest.num_params
+    meta = {
+        "label_counts": [1] * 10,
+        "loss": 1.0,
+        "compute_time_ms": 9.0,
+        "batch_size": 10,
+        "encoding": "float16",
+    }
+    before = api.coordinator.run.params.copy()
+    response = api.push(headers, task["task_id"], np.full(n, 0.5, "<f2").tobytes(), meta=meta)
+    assert response.status_code == 200, response.text
+    step = before - api.coordinator.run.params
+    np.testing.assert_allclose(step, step[0], rtol=1e-5)  # every coordinate moved by 0.5 × weight × γ
+    assert step[0] > 0
+    odd = api.task(headers).json()
+    bad = api.push(headers, odd["task_id"], b"\x00" * 3, meta=meta)
+    assert bad.status_code == 422 and "multiple of 2" in bad.json()["detail"]
+
+
+def test_worker_can_speak_float16(make_api):
+    from client import DeviceData, StaticFeatures, Worker, WorkerConfig
+
+    api = make_api()
+    rng = np.random.default_rng(0)
+    data = DeviceData(rng.random((20, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 20))
+    config = WorkerConfig(
+        base_url="http://testserver",
+        enrollment_key="test-enrollment-key",
+        data=data,
+        max_tasks=2,
+        wire_encoding="float16",
+    )
+    worker = Worker(
+        config, client=api.http, features=StaticFeatures({"total_memory": 4e9}), sleep=lambda s: None
+    )
+    assert worker.run().tasks == 2
+    assert api.coordinator.run.version == 2

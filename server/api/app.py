@@ -12,13 +12,23 @@ from fastapi.responses import JSONResponse
 
 from models.manifest import builtin
 from profiler import IProf
+from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.api.bodylimit import BodyLimit
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, tasks
+from server.api.routes import profiler as profiler_routes
 from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
-from server.core.errors import Conflict, CoordinatorError, Forbidden, Gone, InvalidInput, NotFound
+from server.core.errors import (
+    Conflict,
+    CoordinatorError,
+    Forbidden,
+    Gone,
+    InvalidInput,
+    NotFound,
+    TrainingFinished,
+)
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
 from server.settings import Settings, get_settings
@@ -44,19 +54,26 @@ def strategy_params(settings: Settings) -> dict[str, object]:
             boost_scope=settings.boost_scope,
             global_counts=settings.global_counts,
         )
+    if settings.strategy == "ssgd":
+        common.update(over_selection=settings.over_selection)
     return common
 
 
-def build_profiler(settings: Settings) -> IProf:
+def build_profiler(settings: Settings) -> IProf | RoundRobinDispatcher:
     profiler = IProf(
         time_slo_ms=settings.time_slo_ms,
         energy_slo=settings.energy_slo,
         min_batch=settings.min_batch,
         max_batch=settings.max_batch,
+        **settings.profiler_params,
     )
     if settings.profiler_bootstrap is not None:
-        return profiler.load_bootstrap(settings.profiler_bootstrap)
-    return profiler.fit_prior()
+        profiler.load_bootstrap(settings.profiler_bootstrap)
+    else:
+        profiler.fit_prior()
+    if settings.profiler_baseline == "maui":
+        return with_maui_baseline(profiler, settings.profiler_bootstrap)
+    return profiler
 
 
 def build_coordinator(settings: Settings) -> Coordinator:
@@ -131,10 +148,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def coordinator_error(request: Request, exc: CoordinatorError) -> JSONResponse:
         code = next((c for cls, c in STATUS.items() if isinstance(exc, cls)), 400)
         app.state.metrics.bad_pushes.labels(str(code)).inc()
-        return JSONResponse({"detail": str(exc)}, status_code=code)
+        body = {"detail": str(exc)}
+        if isinstance(exc, TrainingFinished):
+            body.update(reason="training_finished", retry_after=300.0)
+        return JSONResponse(body, status_code=code)
 
     for router in (devices.router, tasks.router, models.router):
         app.include_router(router, prefix="/v1")
     app.include_router(admin.router, prefix="/v1", dependencies=[admin.AdminOnly])
+    app.include_router(profiler_routes.router, prefix="/v1", dependencies=[admin.AdminOnly])
     app.include_router(health.router)
     return app

@@ -23,7 +23,7 @@ from models.manifest import Bundle, Manifest
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
-from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound
+from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TrainingFinished
 from server.core.figures import RecentFigures
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_result
@@ -62,6 +62,7 @@ class Coordinator:
         max_gradient_norm: float = 1e4,
         version_retention: int = 200,
         retry_after: float = 2.0,
+        version_policy: Callable[[TaskRequest, int], int] | None = None,
     ) -> None:
         self.sessions = sessions
         self.profiler = profiler
@@ -72,6 +73,9 @@ class Coordinator:
         self.max_gradient_norm = max_gradient_norm
         self.version_retention = version_retention
         self.retry_after = retry_after
+        # which version a task is computed on (default: the newest); the experiments' staleness
+        # controller (sim/staleness.py) hands out older retained versions to impose τ
+        self.version_policy = version_policy
         self.devices = DeviceRegistry(sessions=sessions, clock=clock)
         self.catalog = Catalog(sessions=sessions, clock=clock)
         self.run: TrainingRun | None = None
@@ -157,6 +161,13 @@ class Coordinator:
             if reason is not None:
                 return self._reject(reason, f"request refused by the controller ({reason})", self.retry_after)
             now = self.clock()
+            version = run.version
+            if self.version_policy is not None:
+                oldest = max(0, run.version - self.version_retention + 1)
+                version = min(run.version, max(oldest, self.version_policy(request, run.version)))
+            wait = run.strategy.admit(device_id=request.device.device_id, version=version, now=now)
+            if wait is not None:
+                return self._reject(wait, f"the strategy asks to wait ({wait})", self.retry_after)
             task_id = secrets.token_hex(12)
             with self.sessions.begin() as session:
                 repo.add_task(
@@ -166,7 +177,7 @@ class Coordinator:
                         model_id=run.model_id,
                         device_id=request.device.device_id,
                         device_model=request.device.device_model,
-                        version=run.version,
+                        version=version,
                         batch_size=decision.batch_size,
                         similarity=terms.similarity,
                         features=dict(request.features),
@@ -184,7 +195,7 @@ class Coordinator:
             return TaskGrant(
                 task_id=task_id,
                 model_id=run.model_id,
-                version=run.version,
+                version=version,
                 batch_size=decision.batch_size,
                 lease_seconds=self.lease_seconds,
                 lease_deadline=now + self.lease_seconds,
@@ -218,7 +229,7 @@ class Coordinator:
             if task.status == "expired" or now > task.deadline:
                 raise Gone("the task's lease expired")
             if run is None or run.model_id != task.model_id or run.status == "finished":
-                raise Gone("the task's model is no longer training")
+                raise TrainingFinished("the task's model is no longer training")
             validate_result(run.manifest, result, max_gradient_norm=self.max_gradient_norm)
             staleness = run.version - task.version
             arrival = Arrival(
@@ -247,7 +258,14 @@ class Coordinator:
         weight = run.strategy.receive(arrival)
         new_params = run.strategy.aggregate(run.params) if run.strategy.ready(now) else None
         version = run.version + (new_params is not None)
-        outcome = PushOutcome(task.id, arrival.staleness, weight, version, applied=new_params is not None)
+        outcome = PushOutcome(
+            task.id,
+            arrival.staleness,
+            weight,
+            version,
+            applied=new_params is not None,
+            tau_thres=run.strategy.describe().get("tau_thres"),
+        )
         self.profiler.observe(
             task.device_model, task.features, result.batch_size, result.compute_time_ms, result.energy
         )

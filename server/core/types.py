@@ -68,6 +68,7 @@ class PushOutcome:
     version: int
     applied: bool
     duplicate: bool = False
+    tau_thres: float | None = None  # the strategy's staleness threshold when it weighed this gradient
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ class PushOutcome:
             "weight": self.weight,
             "version": self.version,
             "applied": self.applied,
+            "tau_thres": self.tau_thres,
         }
 
 

@@ -150,6 +150,27 @@ def recent_measurements(*, session: Session, limit: int) -> list[MeasurementRow]
     return list(session.scalars(select(MeasurementRow).order_by(MeasurementRow.id.desc()).limit(limit)))
 
 
+def device_measurements(*, session: Session, device_model: str, limit: int) -> list[MeasurementRow]:
+    """The latest measurements of one device model, oldest first (predicted vs measured, for charts)."""
+    rows = session.scalars(
+        select(MeasurementRow)
+        .where(MeasurementRow.device_model == device_model)
+        .order_by(MeasurementRow.id.desc())
+        .limit(limit)
+    )
+    return list(rows)[::-1]
+
+
+def measurement_counts(*, session: Session) -> dict[str, tuple[int, float]]:
+    """Per device model: (number of measurements, time of the latest)."""
+    rows = session.execute(
+        select(MeasurementRow.device_model, func.count(), func.max(MeasurementRow.at)).group_by(
+            MeasurementRow.device_model
+        )
+    )
+    return {str(dm): (int(n), float(at)) for dm, n, at in rows}
+
+
 def add_evaluation(
     *, session: Session, model_id: str, version: int, accuracy: float, loss: float, now: float
 ) -> None:

@@ -8,8 +8,12 @@ from server.strategies.adasgd import AdaSGD
 from server.strategies.base import Arrival, Strategy, TaskTerms
 from server.strategies.dynsgd import DynSGD
 from server.strategies.fedavg_async import FedAvgAsync
+from server.strategies.fedbuff import FedBuff
+from server.strategies.ssgd import SSGD
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (AdaSGD, DynSGD, FedAvgAsync)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (AdaSGD, DynSGD, FedAvgAsync, FedBuff, SSGD)
+}
 
 
 def make_strategy(name: str, **params: Any) -> Strategy:
@@ -26,6 +30,8 @@ __all__ = [
     "Arrival",
     "DynSGD",
     "FedAvgAsync",
+    "FedBuff",
+    "SSGD",
     "STRATEGIES",
     "Strategy",
     "TaskTerms",

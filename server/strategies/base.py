@@ -2,8 +2,9 @@
 
 A strategy turns arriving gradients into model updates. It does no I/O and reads no clock: the
 coordinator passes ``now`` in, persists ``state_dict()`` with each update, and calls the hooks in
-this order: ``terms_for`` at task time, ``receive`` on each arrival, ``ready``, then ``aggregate``.
-Triggers: K gradients (``k``) or a time window since the buffer's first gradient, whichever comes first.
+this order: ``terms_for`` and ``admit`` at task time, ``receive`` on each arrival, ``ready``, then
+``aggregate``. Triggers: K gradients (``k``) or a time window since the buffer's first gradient, whichever
+comes first; a strategy with rounds (SSGD) overrides ``admit``/``ready`` to add a barrier and a deadline.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Strategy(ABC):
     """Weigh each gradient, buffer it, and step the model when the trigger fires."""
 
     name: ClassVar[str] = "strategy"
+    # True: the step is the weighted mean over the buffer (FedBuff, SSGD); False: the weighted sum (FLeet)
+    average: ClassVar[bool] = False
 
     def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
         self.learning_rate = learning_rate
@@ -67,6 +70,10 @@ class Strategy(ABC):
     def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
         """Per-task terms handed out with a grant."""
         return TaskTerms()
+
+    def admit(self, *, device_id: str, version: int, now: float) -> str | None:
+        """A reason to tell this device to wait (e.g. "round_full"), or None to grant it a task."""
+        return None
 
     @abstractmethod
     def weigh(self, arrival: Arrival) -> float:
@@ -91,6 +98,8 @@ class Strategy(ABC):
         step = np.zeros_like(params)
         for item in self.buffer:
             step += np.float32(item.weight) * item.gradient
+        if self.average and self.buffer:
+            step /= np.float32(len(self.buffer))
         self.buffer.clear()
         self.updates += 1
         return params - np.float32(self.learning_rate) * step

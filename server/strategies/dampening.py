@@ -20,3 +20,8 @@ def adasgd_beta(tau_thres: float) -> float:
 def exp_dampening(tau: float, beta: float) -> float:
     """AdaSGD's exp(−β·τ)."""
     return math.exp(-beta * tau)
+
+
+def sqrt_dampening(tau: float) -> float:
+    """FedBuff's polynomial 1/sqrt(1+τ)."""
+    return 1.0 / math.sqrt(1.0 + tau)

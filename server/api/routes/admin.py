@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
@@ -12,6 +12,7 @@ from models.manifest import Bundle, read_zip
 from server.api.deps import CoordinatorDep, require_admin
 from server.api.routes.models import model_out
 from server.api.schemas import EvaluationOut, ModelOut, StopCriterion
+from server.core.records import task_records
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 AdminOnly = Depends(require_admin)
@@ -66,3 +67,12 @@ def stats(coordinator: CoordinatorDep) -> dict[str, Any]:
 def evaluations(coordinator: CoordinatorDep, model_id: str | None = None) -> list[EvaluationOut]:
     model_id = model_id or (coordinator.run.model_id if coordinator.run else None)
     return [EvaluationOut(**e) for e in coordinator.evaluations(model_id)] if model_id else []
+
+
+@router.get("/records")
+def records(
+    coordinator: CoordinatorDep, limit: int = Query(500, ge=1, le=10_000), model_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The newest answered tasks: staleness seen, τ_thres and the weight each gradient was applied with."""
+    model_id = model_id or (coordinator.run.model_id if coordinator.run else None)
+    return task_records(sessions=coordinator.sessions, model_id=model_id, limit=limit) if model_id else []

@@ -1,0 +1,108 @@
+"""Figures, tables and the JSON summary of the I-Prof vs MAUI experiments (time and energy, sim and live).
+
+A deviation is |cost − SLO| of one task; it is reported in the SLO's unit and as a fraction of the SLO.
+The figure has one row per mode (simulation, live): the CDF of the deviation for both profilers, the
+distribution of the batch sizes each chose, and the signed error (cost − SLO)/SLO against the device's
+request index (one line per device; I-Prof solid, MAUI dotted).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["deviation_stats", "write_outputs"]
+
+PROFILERS = ("iprof", "maui")
+COLORS = {"iprof": "tab:blue", "maui": "tab:red"}
+
+
+def _cost(record: dict[str, Any], kind: str) -> float:
+    return float(record["time_ms"] if kind == "time" else record["energy"])
+
+
+def deviation_stats(records: Sequence[dict[str, Any]], kind: str, slo: float, scale: float) -> dict[str, Any]:
+    """Per profiler: tasks, p50/p90/p99 of |cost − SLO| (divided by ``scale``), p90 as a fraction of SLO."""
+    out: dict[str, Any] = {}
+    for name in PROFILERS:
+        rows = [r for r in records if r["profiler"] == name]
+        if not rows:
+            continue
+        dev = np.abs(np.array([_cost(r, kind) for r in rows]) - slo)
+        cold = sum(r.get("source") == "cold" for r in rows)
+        out[name] = {
+            "tasks": len(rows),
+            "p50": float(np.percentile(dev, 50)) / scale,
+            "p90": float(np.percentile(dev, 90)) / scale,
+            "p99": float(np.percentile(dev, 99)) / scale,
+            "p90_fraction_of_slo": float(np.percentile(dev, 90)) / slo,
+            "over_slo_share": float(np.mean([_cost(r, kind) > slo for r in rows])),
+            "median_batch": float(np.median([r["batch_size"] for r in rows])),
+            "cold_tasks": int(cold),
+        }
+    return out
+
+
+def _panel_row(axes: Any, records: Sequence[dict[str, Any]], kind: str, slo: float, title: str) -> None:
+    cdf, hist, err = axes
+    for name in PROFILERS:
+        rows = [r for r in records if r["profiler"] == name]
+        if not rows:
+            continue
+        dev = np.sort(np.abs(np.array([_cost(r, kind) for r in rows]) - slo) / slo)
+        cdf.step(dev, np.arange(1, len(dev) + 1) / len(dev), where="post", color=COLORS[name], label=name)
+        sizes = np.array([r["batch_size"] for r in rows], dtype=float)
+        bins = np.logspace(0, np.log10(max(2.0, sizes.max() * 1.1)), 30)
+        hist.hist(sizes, bins=bins, alpha=0.5, color=COLORS[name], label=name)
+        for device in sorted({r["device"] for r in rows}):
+            mine = [r for r in rows if r["device"] == device]
+            err.plot(
+                [r["request"] for r in mine],
+                [(_cost(r, kind) - slo) / slo for r in mine],
+                color=COLORS[name],
+                alpha=0.6 if name == "iprof" else 0.35,
+                linestyle="-" if name == "iprof" else ":",
+                linewidth=0.8,
+            )
+    cdf.axvline(0.25, color="grey", linestyle="--", linewidth=0.8)
+    cdf.set(xscale="symlog", xlabel="|cost − SLO| / SLO", ylabel="CDF", title=f"{title}: deviation")
+    cdf.legend()
+    hist.set(xscale="log", xlabel="batch size L", ylabel="tasks", title=f"{title}: chosen batch sizes")
+    hist.legend()
+    err.axhline(0.0, color="black", linewidth=0.6)
+    err.set(yscale="symlog", xlabel="request index (per device, per profiler)", ylabel="(cost − SLO) / SLO")
+    err.set_title(f"{title}: error per device")
+
+
+def write_outputs(
+    *,
+    name: str,
+    kind: str,
+    out_dir: Path,
+    modes: dict[str, tuple[Sequence[dict[str, Any]], float]],
+    summary: dict[str, Any],
+    details: dict[str, Any],
+    table: str,
+) -> dict[str, Any]:
+    """Write ``name``.png (one figure row per mode), ``name``.json and ``name``.md; return the JSON."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(len(modes), 3, figsize=(16, 4.6 * len(modes)), squeeze=False)
+    for row, (mode, (records, slo)) in zip(axes, modes.items(), strict=True):
+        _panel_row(row, records, kind, slo, mode)
+    fig.suptitle(f"{name}: I-Prof vs MAUI (round-robin per device)")
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{name}.png", dpi=110)
+    plt.close(fig)
+    result = {"summary": summary, **details}
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1, default=float))
+    (out_dir / f"{name}.md").write_text(table)
+    return result

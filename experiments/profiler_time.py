@@ -1,0 +1,124 @@
+"""`fleet experiment profiler-time`: I-Prof vs MAUI at a 3 s time SLO (thesis Fig. 3.12), sim and live.
+
+Simulation: 20 test device models, 28 requests each alternated between the profilers (280 tasks per
+profiler; the thesis's "about 280 tasks"), five seeds (seed 0 is plotted). Live: real worker processes
+on this machine at a 0.5 s SLO (see ``experiments.profiler_live``). Also the per-request latency of
+both profilers (``bench.profiler``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.profiler import benchmark
+from experiments.profiler_live import run_live
+from experiments.profiler_report import deviation_stats, write_outputs
+from experiments.profiler_sim import simulate
+
+SLO_MS, LIVE_SLO_MS = 3000.0, 500.0
+
+
+def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
+    seeds = [seed] if quick else [seed + i for i in range(5)]
+    runs = simulate(kind="time", slo=SLO_MS, requests_per_device=6 if quick else 28, seeds=seeds)
+    per_seed = [deviation_stats(r["records"], "time", SLO_MS, 1000.0) for r in runs]
+    sim = per_seed[0]
+    half = [
+        deviation_stats([x for x in r["records"] if x["request"] < 14], "time", SLO_MS, 1000.0) for r in runs
+    ]
+    live = run_live(kind="time", slo=LIVE_SLO_MS, quick=quick, seed=seed)
+    live_stats = deviation_stats(live["records"], "time", LIVE_SLO_MS, 1000.0)
+    latency = benchmark(requests=500 if quick else 5000, seed=seed)
+    summary = {
+        "sim_slo_s": SLO_MS / 1000,
+        "sim_iprof_p90_s": sim["iprof"]["p90"],
+        "sim_maui_p90_s": sim["maui"]["p90"],
+        "sim_iprof_p90_s_seeds": [s["iprof"]["p90"] for s in per_seed],
+        "sim_maui_p90_s_seeds": [s["maui"]["p90"] for s in per_seed],
+        "sim_iprof_p90_s_mean": float(np.mean([s["iprof"]["p90"] for s in per_seed])),
+        "sim_maui_p90_s_mean": float(np.mean([s["maui"]["p90"] for s in per_seed])),
+        "sim_iprof_p90_s_140_tasks_mean": float(np.mean([s["iprof"]["p90"] for s in half])),
+        "sim_tasks_per_profiler": sim["iprof"]["tasks"],
+        "live_slo_s": LIVE_SLO_MS / 1000,
+        "live_iprof_p90_fraction": live_stats.get("iprof", {}).get("p90_fraction_of_slo"),
+        "live_maui_p90_fraction": live_stats.get("maui", {}).get("p90_fraction_of_slo"),
+        "live_tasks_per_profiler": {k: v["tasks"] for k, v in live_stats.items()},
+        "live_loadavg_before_after": [live["loadavg_before"], live["loadavg_after"]],
+        "iprof_predict_p99_ms": latency["iprof"]["predict"]["p99_ms"],
+        "iprof_update_p99_ms": latency["iprof"]["update"]["p99_ms"],
+        "iprof_update_cpu_p99_ms": latency["iprof"]["update"]["cpu_p99_ms"],
+        "targets": {"sim_p90_s": 0.75, "sim_goal_s": 0.5, "live_p90_fraction": 0.25, "latency_p99_ms": 1.0},
+        "thesis": {"iprof_p90_s": 0.75, "maui_p90_s": 2.7},
+        "quick": quick,
+    }
+    table = _markdown(summary, sim, live_stats, live, latency)
+    details = {
+        "sim": {"per_seed": per_seed, "first_14_requests": half, "runs": runs},
+        "live": {**live, "stats": live_stats},
+        "latency": latency,
+    }
+    modes = {
+        "simulation (SLO 3 s)": (runs[0]["records"], SLO_MS),
+        "live (SLO 0.5 s)": (live["records"], LIVE_SLO_MS),
+    }
+    return write_outputs(
+        name="profiler-time" + ("-quick" if quick else ""),
+        kind="time",
+        out_dir=out_dir,
+        modes=modes,
+        summary=summary,
+        details=details,
+        table=table,
+    )
+
+
+def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, latency: dict) -> str:
+    def f(x: float | None, digits: int = 3) -> str:
+        return "n/a" if x is None else f"{x:.{digits}f}"
+
+    return "\n".join(
+        [
+            "# I-Prof vs MAUI: time SLO (thesis Fig. 3.12)",
+            "",
+            "Written by `fleet experiment profiler-time`. |t − SLO| p90; live deviations as a fraction",
+            "of the SLO.",
+            "",
+            "| mode | SLO | tasks per profiler | I-Prof p90 | MAUI p90 | target (thesis) |",
+            "|---|---|---|---|---|---|",
+            f"| simulation, seed 0 | 3 s | {s['sim_tasks_per_profiler']} | {f(s['sim_iprof_p90_s'])} s | "
+            f"{f(s['sim_maui_p90_s'])} s | ≤ 0.75 s, goal 0.5 (MAUI 2.7 s) |",
+            f"| simulation, mean of {len(s['sim_iprof_p90_s_seeds'])} seeds | 3 s | "
+            f"{s['sim_tasks_per_profiler']} | {f(s['sim_iprof_p90_s_mean'])} s | "
+            f"{f(s['sim_maui_p90_s_mean'])} s | |",
+            "| simulation, first 14 requests per device, mean of seeds | 3 s | 140 | "
+            f"{f(s['sim_iprof_p90_s_140_tasks_mean'])} s | | |",
+            f"| live, this machine | 0.5 s | {s['live_tasks_per_profiler']} | "
+            f"{f(s['live_iprof_p90_fraction'])} of SLO | {f(s['live_maui_p90_fraction'])} of SLO | "
+            "≤ 0.25, goal 0.17 |",
+            "",
+            f"Seed 0: I-Prof tasks over the SLO {f(sim['iprof']['over_slo_share'], 2)}, "
+            f"cold-start tasks {sim['iprof']['cold_tasks']}; "
+            f"MAUI over the SLO {f(sim['maui']['over_slo_share'], 2)}.",
+            f"Live: {raw['bootstrap_rows']} bootstrap rows, ε = {raw['epsilon']:.4g} ms/sample, "
+            f"{raw['rejected']} rejections, {raw['errors']} errors, load average before/after "
+            f"{[round(x, 2) for x in raw['loadavg_before']]} / "
+            f"{[round(x, 2) for x in raw['loadavg_after']]}, "
+            f"setups {raw['setups']}.",
+            "",
+            "Latency per request (ms; wall p99 on a shared, loaded 2-core machine, and thread-CPU p99):",
+            "",
+            "| profiler | predict p50 | predict p99 | update p50 | update p99 | update CPU p99 |",
+            "|---|---|---|---|---|---|",
+            *[
+                f"| {n} | {f(latency[n]['predict']['p50_ms'], 4)} | "
+                f"{f(latency[n]['predict']['p99_ms'], 4)} | "
+                f"{f(latency[n]['update']['p50_ms'], 4)} | {f(latency[n]['update']['p99_ms'], 4)} | "
+                f"{f(latency[n]['update']['cpu_p99_ms'], 4)} |"
+                for n in ("iprof", "maui")
+            ],
+            "",
+        ]
+    )

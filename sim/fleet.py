@@ -1,0 +1,177 @@
+"""A fleet of virtual devices driving the coordinator core through a discrete-event loop.
+
+Events: a device comes online and asks for a task; its task completes (download, compute, upload)
+and it pushes the gradient; it retries after a rejection; its session ends (maybe churning). The
+gradient is computed on the parameters of the version the device was handed, at push time, with the
+real ONNX training graph; staleness is whatever the timing makes it (τ = version now − version handed).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
+from server.strategies import Strategy
+from sim.controlled import FEATURES, Workbench
+from sim.events import EventQueue
+from sim.harness import BatchSizer, build_core
+from sim.population import FleetTiming, speed_class
+
+
+@dataclass
+class VirtualDevice:
+    device: Device
+    gflops: float
+    shard: np.ndarray
+    counts: np.ndarray
+    online_until: float = 0.0
+    busy: bool = False
+
+
+@dataclass
+class FleetResult:
+    times: list[float] = field(default_factory=list)
+    updates: list[int] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    gradients_at_eval: list[int] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)
+    gradients: int = 0
+    dropped: int = 0
+    rejections: int = 0
+    joined: int = 0
+    seconds_gradient: float = 0.0
+    seconds_total: float = 0.0
+
+    def first_time_at(self, threshold: float) -> tuple[float, int, int] | None:
+        """(virtual seconds, updates, gradients computed) at the first evaluation ≥ threshold."""
+        for t, u, g, a in zip(self.times, self.updates, self.gradients_at_eval, self.accuracy, strict=True):
+            if a >= threshold:
+                return t, u, g
+        return None
+
+    @property
+    def overhead(self) -> float:
+        """Share of the run's wall time spent outside gradient computation and evaluation."""
+        return 1.0 - self.seconds_gradient / self.seconds_total if self.seconds_total else 0.0
+
+
+class FleetSimulator:
+    """``devices`` virtual devices with shards drawn by ``shard_for`` (called again for each newcomer)."""
+
+    def __init__(
+        self,
+        bench: Workbench,
+        strategy_factory: Callable[[], Strategy],
+        *,
+        devices: int,
+        shard_for: Callable[[np.random.Generator], np.ndarray],
+        seed: int,
+        timing: FleetTiming | None = None,
+        batch: int = 100,
+        eval_every: int = 20,
+        evaluate: bool = True,
+    ) -> None:
+        self.bench, self.timing, self.batch = bench, timing or FleetTiming(), batch
+        self.eval_every, self.do_evaluate = eval_every, evaluate
+        self.rng = np.random.default_rng([seed, 11])
+        self.shard_for = shard_for
+        self.queue = EventQueue()
+        self.core = build_core(bench.bundle, strategy_factory, clock=self.queue, sizer=BatchSizer(mean=batch))
+        self.devices: list[VirtualDevice] = []
+        self.result = FleetResult()
+        self.eval_time = 0.0
+        for _ in range(devices):
+            self._join(start=float(self.rng.exponential(self.timing.mean_offline / 10)))
+
+    def _join(self, start: float) -> None:
+        model, gflops = speed_class(self.rng)
+        device, _ = self.core.enroll(model)
+        shard = self.shard_for(self.rng)
+        counts = np.bincount(self.bench.train.y[shard], minlength=self.bench.num_classes)
+        self.devices.append(VirtualDevice(device, gflops, shard, counts))
+        self.result.joined += 1
+        self.queue.schedule(start, ("online", len(self.devices) - 1))
+
+    def _evaluate(self) -> None:
+        t0 = time.perf_counter()
+        accuracy = self.bench.evaluate(self.core.run.params, None)[0] if self.do_evaluate else math.nan
+        self.eval_time += time.perf_counter() - t0
+        self.result.times.append(self.queue.now)
+        self.result.updates.append(self.core.run.version)
+        self.result.accuracy.append(accuracy)
+        self.result.gradients_at_eval.append(self.result.gradients)
+
+    def _request(self, i: int) -> None:
+        vd = self.devices[i]
+        now = self.queue.now
+        if now >= vd.online_until:
+            self._session_end(i)
+            return
+        grant = self.core.request_task(TaskRequest(vd.device, FEATURES, vd.counts))
+        if not isinstance(grant, TaskGrant):
+            self.result.rejections += 1
+            self.queue.schedule(now + grant.retry_after, ("request", i))
+            return
+        compute = self.timing.compute_seconds(grant.batch_size, vd.gflops, self.rng)
+        done = now + self.timing.latency(self.rng) + compute + self.timing.latency(self.rng)
+        vd.busy = True
+        params = self.core.catalog.params(grant.model_id, grant.version)  # the download, kept on the device
+        self.queue.schedule(done, ("push", i, grant, params))
+
+    def _push(self, i: int, grant: TaskGrant, params: np.ndarray) -> None:
+        vd = self.devices[i]
+        batch = self.rng.choice(vd.shard, size=grant.batch_size, replace=True)
+        t0 = time.perf_counter()
+        loss, gradient = self.bench.gradients.loss_and_gradient(
+            params, self.bench.train.x[batch], self.bench.train.y[batch]
+        )
+        self.result.seconds_gradient += time.perf_counter() - t0
+        self.result.gradients += 1
+        counts = np.bincount(self.bench.train.y[batch], minlength=self.bench.num_classes)
+        body = TaskResult(counts, float(loss), 0.0, None, grant.batch_size, gradient, grant.task_id)
+        outcome = self.core.submit(vd.device, grant.task_id, body)
+        vd.busy = False
+        self.result.staleness.append(outcome.staleness)
+        self.result.dropped += outcome.weight == 0.0
+        if outcome.applied and outcome.version % self.eval_every == 0:
+            self._evaluate()
+        self._request(i)
+
+    def _session_end(self, i: int) -> None:
+        now = self.queue.now
+        if self.rng.random() < self.timing.churn:
+            self._join(start=now + self.timing.gap(self.rng))  # this device leaves, a newcomer joins
+            return
+        self.queue.schedule(now + self.timing.gap(self.rng), ("online", i))
+
+    def run(
+        self, *, until: float = math.inf, max_gradients: int | None = None, target: float | None = None
+    ) -> FleetResult:
+        """Process events until the virtual deadline, a gradient budget, or the target accuracy."""
+        started = time.perf_counter()
+        self._evaluate()
+        while self.queue and self.queue._heap[0][0] <= until:
+            event = self.queue.pop()
+            kind, i = event[0], event[1]
+            if kind == "online":
+                self.devices[i].online_until = self.queue.now + self.timing.session(self.rng)
+                self._request(i)
+            elif kind == "request":
+                self._request(i)
+            else:
+                self._push(i, event[2], event[3])
+            if max_gradients is not None and self.result.gradients >= max_gradients:
+                break
+            if target is not None and self.result.accuracy[-1] >= target:
+                break
+        self.result.seconds_total = time.perf_counter() - started - self.eval_time
+        return self.result
+
+    def describe(self) -> dict[str, Any]:
+        return {"devices": len(self.devices), "strategy": repr(self.core.run.strategy)}

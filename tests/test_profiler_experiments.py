@@ -1,0 +1,26 @@
+"""Quick modes of the two profiler experiments (simulation + live workers on loopback, about 30 s each)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments import EXPERIMENTS, run_experiment
+
+
+@pytest.mark.parametrize("name", ["profiler-time", "profiler-energy"])
+def test_quick_experiment_writes_png_json_markdown(name: str, tmp_path) -> None:
+    assert name in EXPERIMENTS
+    result = run_experiment(name, quick=True, out_dir=tmp_path)
+    stem = f"{name}-quick"
+    for suffix in (".png", ".json", ".md"):
+        assert (tmp_path / f"{stem}{suffix}").stat().st_size > 0
+    summary = json.loads((tmp_path / f"{stem}.json").read_text())["summary"]
+    assert summary == json.loads(json.dumps(result["summary"], default=float))
+    assert summary["sim_tasks_per_profiler"] == 60  # 20 test devices x 6 requests, alternated
+    live = summary["live_tasks_per_profiler"]
+    assert live.get("iprof", 0) >= 3 and live.get("maui", 0) >= 3  # real tasks through the real API
+    key = "sim_iprof_p90_s" if name == "profiler-time" else "sim_iprof_p90_percent"
+    other = key.replace("iprof", "maui")
+    assert summary[key] < summary[other]  # I-Prof beats MAUI in simulation even in quick mode

@@ -1,0 +1,105 @@
+"""MAUI's global profiler, the round-robin dispatcher, and I-Prof's contract on the simulated fleet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from profiler import IProf
+from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
+from profiler.maui import MauiProfiler
+from sim.bootstrap import collect_bootstrap
+from sim.cost import DeviceUnit
+from sim.devices import load_catalog, split_roles
+
+FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": 30.0, "cpu_freq_sum": 8000.0}
+
+
+def test_maui_is_least_squares_through_the_origin_and_updates_exactly() -> None:
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(10, 500, 50).astype(float)
+    times = 7.0 * sizes + rng.normal(0, 30, 50)
+    maui = MauiProfiler(time_slo_ms=3000.0).fit(sizes[:30], times[:30])
+    for size, time_ms in zip(sizes[30:], times[30:], strict=True):
+        maui.observe("any", {}, int(size), float(time_ms))
+    theta = np.linalg.lstsq(sizes[:, None], times, rcond=None)[0][0]
+    assert maui.time_slope_ == pytest.approx(theta)
+    decision = maui.batch_size("Galaxy S7", FEATURES)
+    assert decision.batch_size == int(3000.0 / theta) and decision.source == "maui"
+    assert maui.batch_size("Pixel 6", {}) == decision  # no device, no features
+    assert clone(maui).get_params() == maui.get_params()
+
+
+def test_maui_energy_bound_and_clamp() -> None:
+    maui = MauiProfiler(time_slo_ms=3000.0, energy_slo=0.075, max_batch=100).fit([100.0], [1000.0], [0.05])
+    assert maui.batch_size("d", {}).batch_size == 100  # bound 150 by energy, clamped to 100
+    unclamped = MauiProfiler(time_slo_ms=3000.0, energy_slo=0.075).fit([100.0], [1000.0], [0.05])
+    assert unclamped.batch_size("d", {}).batch_size == 150
+    with pytest.raises(ValueError):
+        MauiProfiler(min_batch=5, max_batch=2).fit([1.0], [1.0])
+
+
+class _Fixed:
+    def __init__(self, size: int) -> None:
+        self.size, self.seen = size, []
+
+    def batch_size(self, device_model: str, features: dict) -> int:
+        return self.size
+
+    def observe(self, *args: object) -> None:
+        self.seen.append(args)
+
+
+def test_dispatcher_alternates_each_device_and_feeds_everyone() -> None:
+    a, b = _Fixed(1), _Fixed(2)
+    dispatcher = RoundRobinDispatcher([a, b], ["iprof", "maui"])
+    got = {d: [dispatcher.batch_size(d, {}) for _ in range(4)] for d in ("x", "y")}
+    assert got == {"x": [1, 2, 1, 2], "y": [1, 2, 1, 2]}
+    dispatcher.observe("x", {}, 10, 100.0, None)
+    assert len(a.seen) == len(b.seen) == 1
+
+
+def test_with_maui_baseline_persists_iprof_state() -> None:
+    iprof = IProf(time_slo_ms=3000.0).fit_prior()
+    dispatcher = with_maui_baseline(iprof)
+    assert dispatcher.time_slo_ms == 3000.0 and dispatcher.names == ["iprof", "maui"]
+    dispatcher.batch_size("d", FEATURES)
+    dispatcher.observe("d", FEATURES, 100, 500.0, 0.01)
+    assert dispatcher.device_models() == ["d"] and dispatcher.device_state("d")["time"]["n_updates"] == 1
+    assert dispatcher.profilers[1].n_observed_ == 1
+
+
+@pytest.fixture(scope="module")
+def boot_rows() -> list[dict]:
+    boot, _ = split_roles(load_catalog())
+    return collect_bootstrap(boot, time_slo_ms=3000.0, rng=np.random.default_rng(0), runs_per_device=1)
+
+
+def _fit(rows: list[dict], **params: object) -> IProf:
+    iprof = IProf(time_slo_ms=3000.0, max_batch=20_000, relative_memory=True, C=1.0, **params)
+    return iprof.fit(rows, [r["time_slope_ms"] for r in rows])
+
+
+def test_iprof_personalises_on_a_device_that_heats_up(boot_rows: list[dict]) -> None:
+    _, test = split_roles(load_catalog())
+    unit = DeviceUnit(next(s for s in test if s.name == "Moto G5"), np.random.default_rng(3))
+    iprof = _fit(boot_rows)
+    errors = []
+    for _ in range(25):  # back to back: the device throttles and its slope rises
+        features = unit.features()
+        decision = iprof.batch_size("Moto G5", features)
+        cost = unit.run_task(decision.batch_size)
+        iprof.observe("Moto G5", features, decision.batch_size, cost.time_ms)
+        errors.append(abs(cost.time_ms - 3000.0) / 3000.0)
+        unit.idle(1.0)
+    assert unit.true_slope_ms() > 1.1 * unit.spec.ms_per_sample * unit.unit_factor  # it did heat up
+    assert np.median(errors[5:]) < 0.15 and max(errors[5:]) < 0.5
+
+
+def test_relative_memory_survives_state_round_trip(boot_rows: list[dict]) -> None:
+    iprof = _fit(boot_rows)
+    iprof.observe("d", boot_rows[3], 200, 2500.0)
+    restored = IProf.from_state(iprof.state_dict())
+    assert restored.relative_memory is True
+    assert restored.batch_size("d", boot_rows[7]) == iprof.batch_size("d", boot_rows[7])
