@@ -66,7 +66,7 @@ def _bootstrap(
 
     boot_specs, _ = split_roles(load_catalog())
     rows: list[dict[str, Any]] = []
-    setups = BOOT_SETUPS[:2] if quick else BOOT_SETUPS
+    setups = BOOT_SETUPS[:1] if quick else BOOT_SETUPS
     for i, (cores, threads, loaded) in enumerate(setups):
         out = work / f"boot_{i}.jsonl"
         cfg = {
@@ -94,13 +94,24 @@ def _bootstrap(
 
 
 def run_live(
-    *, kind: str, slo: float, quick: bool, seed: int = 0, workdir: Path | None = None
+    *,
+    kind: str,
+    slo: float,
+    quick: bool,
+    seed: int = 0,
+    exclusive_cores: bool = True,
+    duration: float | None = None,
+    workdir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the live comparison; ``slo`` is ms (time) or % battery (energy). Returns records and facts."""
+    """Run the live comparison; ``slo`` is ms (time) or % battery (energy). Returns records and facts.
+
+    ``exclusive_cores``: a worker computes only while it holds its cores (one phone per core at a
+    time, see ``experiments.live_device``); False lets workers on a core slow each other down.
+    """
     from sim.data import write_shards
     from sim.devices import load_catalog
 
-    duration = 10.0 if quick else 150.0
+    duration = duration or (10.0 if quick else 150.0)
     setups = TEST_SETUPS[:3] if quick else TEST_SETUPS
     _, test_specs = split_roles(load_catalog())
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -114,6 +125,7 @@ def run_live(
         epsilon = 0.01 * float(np.mean([r[key] for r in boot_rows]))
         params = {
             "relative_memory": True,
+            "personal_init": "level",
             "C": PA_C,
             ("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon,
         }
@@ -143,6 +155,9 @@ def run_live(
                         "seed": seed * 100 + i,
                         "deadline": deadline,
                         "out": str(work / f"worker_{i}.jsonl"),
+                        "core_locks": [str(work / f"core_{c}.lock") for c in cores]
+                        if exclusive_cores
+                        else [],
                     }
                     children.append(_child("worker", cfg, work / "workers.log"))
                 for p in children:
@@ -178,5 +193,6 @@ def run_live(
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
             "setups": [{"cores": c, "threads": t} for c, t in setups],
+            "exclusive_cores": exclusive_cores,
             "api_overview": overview,
         }

@@ -103,6 +103,11 @@ def write_outputs(
     fig.savefig(out_dir / f"{name}.png", dpi=110)
     plt.close(fig)
     result = {"summary": summary, **details}
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1, default=float))
+    # the summary pretty-printed on top, the raw series compact (they run to thousands of records)
+    parts = [f'"summary": {json.dumps(summary, indent=1, default=float)}']
+    parts += [
+        f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'), default=float)}" for k, v in details.items()
+    ]
+    (out_dir / f"{name}.json").write_text("{\n" + ",\n".join(parts) + "\n}\n")
     (out_dir / f"{name}.md").write_text(table)
     return result

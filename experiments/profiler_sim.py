@@ -44,6 +44,7 @@ def make_profilers(kind: str, slo: float, rows: Sequence[dict[str, Any]]) -> Rou
         energy_slo=energy_slo,
         max_batch=MAX_BATCH,
         relative_memory=True,
+        personal_init="level",
         C=PA_C,
         **{("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon},
     )

@@ -68,6 +68,9 @@ class IProf(BaseEstimator):
         bytes mostly encode the phone class, which total memory already gives; within one phone they
         fluctuate by hundreds of MB, and the cold start's between-phone coefficient then turns that
         noise into large slope swings (measured in docs/results/profiler-time.md).
+    personal_init : see ``SlopeRegressor`` ("level" starts a personal model from the cold start's
+        prediction alone).
+    z_clip : see ``SlopeRegressor`` (clip standardised features to ±z_clip).
     """
 
     def __init__(
@@ -88,6 +91,8 @@ class IProf(BaseEstimator):
         max_pairs: int = 10_000,
         scale_target: bool = True,
         relative_memory: bool = False,
+        personal_init: str = "cold",
+        z_clip: float | None = None,
     ) -> None:
         self.time_slo_ms = time_slo_ms
         self.energy_slo = energy_slo
@@ -105,6 +110,8 @@ class IProf(BaseEstimator):
         self.max_pairs = max_pairs
         self.scale_target = scale_target
         self.relative_memory = relative_memory
+        self.personal_init = personal_init
+        self.z_clip = z_clip
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -302,6 +309,8 @@ class IProf(BaseEstimator):
             alpha_floor_fraction=self.alpha_floor_fraction,
             scale_target=self.scale_target,
             max_pairs=self.max_pairs,
+            personal_init=self.personal_init,
+            z_clip=self.z_clip,
         )
 
     def _values(self, features: Mapping[str, Any]) -> list[float | None]:

@@ -42,7 +42,8 @@ class Settings(BaseSettings):
     min_batch: int = Field(1, ge=1)
     max_batch: int = Field(1000, ge=1)
     profiler_bootstrap: Path | None = None
-    profiler_params: dict[str, float | bool] = {}  # extra IProf hyperparameters, e.g. {"time_epsilon": 0.01}
+    # extra IProf hyperparameters, e.g. {"time_epsilon": 0.01, "personal_init": "level"}
+    profiler_params: dict[str, float | bool | str] = {}
     profiler_baseline: Literal["none", "maui"] = "none"  # "maui": alternate requests with MAUI (experiments)
 
     # protocol limits

@@ -98,6 +98,7 @@ def build_core(
         max_gradient_norm=1e12,
         version_retention=version_retention,
         version_policy=version_policy,
+        durable=False,  # a simulation needs no crash safety: write in batches, never wait
     )
     coordinator.start()
     coordinator.add_model(bundle, actor="sim")

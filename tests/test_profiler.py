@@ -329,6 +329,8 @@ def test_estimator_contract(boot: tuple) -> None:
         "alpha_floor_fraction": 0.1,
         "scale_target": True,
         "max_pairs": 10_000,
+        "personal_init": "cold",
+        "z_clip": None,
     }
     with pytest.raises(NotFittedError):
         reg.predict(x[:2, :4])

@@ -55,3 +55,17 @@ def test_cli_profiler_bootstrap_writes_the_cold_start_dataset(tmp_path) -> None:
 
     profiler = IProf(time_slo_ms=3000.0).load_bootstrap(out)
     assert profiler.time_.boot_y_.size > 100
+
+
+def test_profile_survives_a_restart(make_api) -> None:
+    api = make_api(profiler_params={"personal_init": "level", "relative_memory": True})
+    headers = api.enroll("Moto G5")
+    n = api.coordinator.run.manifest.num_params
+    for _ in range(2):
+        task = api.task(headers).json()
+        assert api.push(headers, task["task_id"], np.full(n, 1e-3)).status_code == 200
+    before = api.http.get("/v1/admin/profiler/Moto G5", headers=ADMIN_HEADERS).json()
+    api.http.__exit__(None, None, None)
+    again = make_api(profiler_params={"personal_init": "level", "relative_memory": True})
+    after = again.http.get("/v1/admin/profiler/Moto G5", headers=ADMIN_HEADERS).json()
+    assert after["state"] == before["state"] and after["pairs"] == before["pairs"]

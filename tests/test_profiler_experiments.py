@@ -9,6 +9,7 @@ import pytest
 from experiments import EXPERIMENTS, run_experiment
 
 
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("name", ["profiler-time", "profiler-energy"])
 def test_quick_experiment_writes_png_json_markdown(name: str, tmp_path) -> None:
     assert name in EXPERIMENTS

@@ -81,10 +81,11 @@ def _fit(rows: list[dict], **params: object) -> IProf:
     return iprof.fit(rows, [r["time_slope_ms"] for r in rows])
 
 
-def test_iprof_personalises_on_a_device_that_heats_up(boot_rows: list[dict]) -> None:
+@pytest.mark.parametrize("personal_init", ["cold", "level"])
+def test_iprof_personalises_on_a_device_that_heats_up(boot_rows: list[dict], personal_init: str) -> None:
     _, test = split_roles(load_catalog())
     unit = DeviceUnit(next(s for s in test if s.name == "Moto G5"), np.random.default_rng(3))
-    iprof = _fit(boot_rows)
+    iprof = _fit(boot_rows, personal_init=personal_init)
     errors = []
     for _ in range(25):  # back to back: the device throttles and its slope rises
         features = unit.features()
@@ -103,3 +104,15 @@ def test_relative_memory_survives_state_round_trip(boot_rows: list[dict]) -> Non
     restored = IProf.from_state(iprof.state_dict())
     assert restored.relative_memory is True
     assert restored.batch_size("d", boot_rows[7]) == iprof.batch_size("d", boot_rows[7])
+
+
+def test_level_init_starts_from_the_cold_prediction(boot_rows: list[dict]) -> None:
+    iprof = _fit(boot_rows, personal_init="level")
+    features = boot_rows[10]
+    cold = iprof.batch_size("new", features)
+    iprof.observe("new", features, cold.batch_size, cold.predicted_time_ms)  # exactly as predicted
+    coef = iprof.time_.device_state("new")["coef"]
+    assert coef[1:] == [0.0] * (len(coef) - 1)  # no between-phone sensitivities carried over
+    assert iprof.batch_size("new", boot_rows[11]).time_bound == pytest.approx(cold.time_bound, rel=1e-6)
+    with pytest.raises(ValueError, match="personal_init"):
+        _fit(boot_rows, personal_init="bogus")

@@ -66,25 +66,57 @@ def test_restart_finds_every_acknowledged_thing(tmp_path, database_url):
     np.testing.assert_array_equal(second.catalog.params(after.model_id, 3), before.params)
 
 
-def test_failed_commit_leaves_memory_unchanged(tmp_path, database_url, monkeypatch):
+def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, database_url, monkeypatch):
     coordinator = build_coordinator(settings_for(tmp_path, database_url=database_url))
     device, _ = coordinator.enroll("Pixel")
     grant = coordinator.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+    coordinator.journal.flush()  # the grant is stored; the push's batch is the one that fails
     before = (coordinator.run.version, coordinator.run.params.copy(), coordinator.run.strategy.state_dict())
 
-    from server.store import repository
+    from server.store import journal
 
-    def broken(**_kwargs):
+    def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(repository, "add_measurement", broken)
-    with pytest.raises(RuntimeError):
-        coordinator.submit(device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10))
+    monkeypatch.setattr(journal, "write_batch", broken)
+    n = coordinator.run.manifest.num_params
+    with pytest.raises(RuntimeError, match="disk full"):
+        coordinator.submit(device, grant.task_id, result(n, 0.01, [1] * 10))
     assert coordinator.run.version == before[0]
     np.testing.assert_array_equal(coordinator.run.params, before[1])
     assert coordinator.run.strategy.state_dict()["staleness_seen"] == before[2]["staleness_seen"]
     monkeypatch.undo()
-    outcome = coordinator.submit(
-        device, grant.task_id, result(coordinator.run.manifest.num_params, 0.01, [1] * 10)
-    )
-    assert outcome.version == before[0] + 1
+    outcome = coordinator.submit(device, grant.task_id, result(n, 0.01, [1] * 10))
+    assert outcome.version == before[0] + 1 and not outcome.duplicate
+    coordinator.close()
+
+
+def test_concurrent_pushes_share_commits_and_all_survive(tmp_path, database_url):
+    """Group commit: pushes from many threads are acknowledged only once stored, and all are stored."""
+    import threading
+
+    settings = settings_for(tmp_path, database_url=database_url)
+    coordinator = build_coordinator(settings)
+    n = coordinator.run.manifest.num_params
+    devices = [coordinator.enroll(f"Phone {i}")[0] for i in range(8)]
+    acknowledged: list[str] = []
+
+    def device_loop(device) -> None:
+        for step in range(10):
+            grant = coordinator.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+            counts = [0] * 10
+            counts[step % 10] = 10
+            coordinator.submit(device, grant.task_id, result(n, 1e-4, counts))
+            acknowledged.append(grant.task_id)
+
+    threads = [threading.Thread(target=device_loop, args=(d,)) for d in devices]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    restarted = build_coordinator(settings)  # no flush, no close: only what was committed counts
+    assert restarted.run.version == 80
+    for task_id in acknowledged:
+        assert restarted.leases.get(task_id).status == "applied"
+    np.testing.assert_array_equal(restarted.run.params, coordinator.run.params)
+    coordinator.close()

@@ -132,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if loop is not None:
                 loop.stop()
                 loop.join(timeout=10)
+            coordinator.close()
 
     app = FastAPI(
         title="Fleet coordinator",

@@ -1,9 +1,10 @@
 """The coordinator core: hands out learning tasks and applies returned gradients. No HTTP here.
 
-One model trains at a time. Every acknowledged push is committed in one transaction (task answer,
-new version, strategy and profiler state, measurement) before the in-memory model moves, so what a
-device was told survives a crash. The API, the simulator and the tests all drive this class; the
-clock is injected (wall time in server/, virtual time in sim/).
+One model trains at a time. A push is applied in memory under one lock, in order, and acknowledged
+only once the journal (server/store/journal.py) has committed it: pushes arriving together share one
+transaction (group commit), so what a device was told survives a crash without one fsync per push.
+The API, the simulator and the tests all drive this class; the clock is injected (wall time in
+server/, virtual time in sim/, where ``durable=False`` writes in batches and never waits).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
 from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TrainingFinished
 from server.core.figures import RecentFigures
+from server.core.leases import Lease, LeaseBook
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_result
 from server.store import repository as repo
-from server.store.tables import MeasurementRow, TaskRow
+from server.store.journal import Answer, Journal, State, Ticket
 from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
@@ -63,6 +65,7 @@ class Coordinator:
         version_retention: int = 200,
         retry_after: float = 2.0,
         version_policy: Callable[[TaskRequest, int], int] | None = None,
+        durable: bool = True,
     ) -> None:
         self.sessions = sessions
         self.profiler = profiler
@@ -82,6 +85,18 @@ class Coordinator:
         self.recent = RecentFigures()
         self._lock = threading.RLock()
         self._last_expiry = 0.0
+        self.leases = LeaseBook(sessions=sessions)
+        self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
+        self._dirty_profiles: set[str] = set()
+        self.journal = Journal(
+            sessions=sessions,
+            lock=self._lock,
+            snapshot=self._journal_state,
+            on_failure=self._journal_failed,
+            clock=clock,
+            version_retention=version_retention,
+            durable=durable,
+        )
 
     # -- start-up and models -------------------------------------------------------------------
     def start(self) -> None:
@@ -168,37 +183,48 @@ class Coordinator:
             wait = run.strategy.admit(device_id=request.device.device_id, version=version, now=now)
             if wait is not None:
                 return self._reject(wait, f"the strategy asks to wait ({wait})", self.retry_after)
-            task_id = secrets.token_hex(12)
-            with self.sessions.begin() as session:
-                repo.add_task(
-                    session=session,
-                    row=TaskRow(
-                        id=task_id,
-                        model_id=run.model_id,
-                        device_id=request.device.device_id,
-                        device_model=request.device.device_model,
-                        version=version,
-                        batch_size=decision.batch_size,
-                        similarity=terms.similarity,
-                        features=dict(request.features),
-                        predicted_time_ms=decision.predicted_time_ms,
-                        predicted_energy=decision.predicted_energy,
-                        created_at=now,
-                        deadline=now + self.lease_seconds,
-                        status="open",
-                    ),
-                )
-                if now - self._last_expiry > 30:
-                    repo.expire_tasks(session=session, now=now)
-                    self._last_expiry = now
+            lease = Lease(
+                task_id=secrets.token_hex(12),
+                model_id=run.model_id,
+                device_id=request.device.device_id,
+                device_model=request.device.device_model,
+                version=version,
+                batch_size=decision.batch_size,
+                features=dict(request.features),
+                predicted_time_ms=decision.predicted_time_ms,
+                predicted_energy=decision.predicted_energy,
+                deadline=now + self.lease_seconds,
+            )
+            self.leases.add(lease)
+            self.journal.grant(
+                {
+                    "id": lease.task_id,
+                    "model_id": lease.model_id,
+                    "device_id": lease.device_id,
+                    "device_model": lease.device_model,
+                    "version": version,
+                    "batch_size": lease.batch_size,
+                    "similarity": terms.similarity,
+                    "features": lease.features,
+                    "predicted_time_ms": lease.predicted_time_ms,
+                    "predicted_energy": lease.predicted_energy,
+                    "created_at": now,
+                    "deadline": lease.deadline,
+                    "status": "open",
+                }
+            )
+            if now - self._last_expiry > 30:
+                self.leases.expire(now)
+                self.journal.other(lambda session: repo.expire_tasks(session=session, now=now))
+                self._last_expiry = now
             self.recent.batch_sizes.append(decision.batch_size)
             return TaskGrant(
-                task_id=task_id,
+                task_id=lease.task_id,
                 model_id=run.model_id,
                 version=version,
                 batch_size=decision.batch_size,
                 lease_seconds=self.lease_seconds,
-                lease_deadline=now + self.lease_seconds,
+                lease_deadline=lease.deadline,
                 slo_time_ms=float(self.profiler.time_slo_ms),
                 predicted_time_ms=decision.predicted_time_ms,
                 similarity=terms.similarity,
@@ -207,59 +233,52 @@ class Coordinator:
 
     def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
         self.recent.rejections[reason] = self.recent.rejections.get(reason, 0) + 1
-        with self.sessions.begin() as session:
-            repo.bump_counter(session=session, name=f"rejected:{reason}")
+        self.journal.other(lambda session: repo.bump_counter(session=session, name=f"rejected:{reason}"))
         return Rejection(reason, retry_after, detail)
 
     def submit(self, device: Device, task_id: str, result: TaskResult) -> PushOutcome:
-        """Validate a task's gradient, weigh it with the strategy, maybe step, and commit durably."""
+        """Validate a task's gradient, weigh it, maybe step; return once the answer is durable."""
         with self._lock:
-            with self.sessions() as session:
-                task = repo.get_task(session=session, task_id=task_id)
-            if task is None:
+            lease = self.leases.get(task_id)
+            if lease is None:
                 raise NotFound(f"no task {task_id!r}")
-            if task.device_id != device.device_id:
+            if lease.device_id != device.device_id:
                 raise Forbidden("this task belongs to another device")
-            if task.status == "applied":
-                if task.digest == result.digest and task.outcome is not None:
-                    return PushOutcome(**task.outcome, duplicate=True)
-                raise Conflict("this task was already answered with a different body")
-            now = self.clock()
-            run = self.run
-            if task.status == "expired" or now > task.deadline:
-                raise Gone("the task's lease expired")
-            if run is None or run.model_id != task.model_id or run.status == "finished":
-                raise TrainingFinished("the task's model is no longer training")
-            validate_result(run.manifest, result, max_gradient_norm=self.max_gradient_norm)
-            staleness = run.version - task.version
-            arrival = Arrival(
-                task_id=task_id,
-                device_id=device.device_id,
-                base_version=task.version,
-                staleness=staleness,
-                gradient=result.gradient,
-                label_counts=result.label_counts,
-                batch_size=result.batch_size,
-                loss=result.loss,
-                received_at=now,
-            )
-            saved_strategy = run.strategy.state_dict()
-            saved_profile = self.profiler.device_state(device.device_model)
-            try:
-                return self._apply(run, task, arrival, result, now)
-            except Exception:
-                run.strategy.load_state_dict(saved_strategy)
-                self._load_profile(f"device:{device.device_model}", saved_profile)
-                raise
+            if lease.status == "applied":
+                if lease.digest == result.digest and lease.outcome is not None:
+                    outcome, ticket = PushOutcome(**lease.outcome, duplicate=True), self._durable.get(task_id)
+                else:
+                    raise Conflict("this task was already answered with a different body")
+            else:
+                outcome, ticket = self._apply(lease, result)
+        if ticket is not None:
+            ticket.wait()
+        return outcome
 
-    def _apply(
-        self, run: TrainingRun, task: TaskRow, arrival: Arrival, result: TaskResult, now: float
-    ) -> PushOutcome:
+    def _apply(self, lease: Lease, result: TaskResult) -> tuple[PushOutcome, Ticket]:
+        now = self.clock()
+        run = self.run
+        if lease.status == "expired" or now > lease.deadline:
+            raise Gone("the task's lease expired")
+        if run is None or run.model_id != lease.model_id or run.status == "finished":
+            raise TrainingFinished("the task's model is no longer training")
+        validate_result(run.manifest, result, max_gradient_norm=self.max_gradient_norm)
+        arrival = Arrival(
+            task_id=lease.task_id,
+            device_id=lease.device_id,
+            base_version=lease.version,
+            staleness=run.version - lease.version,
+            gradient=result.gradient,
+            label_counts=result.label_counts,
+            batch_size=result.batch_size,
+            loss=result.loss,
+            received_at=now,
+        )
         weight = run.strategy.receive(arrival)
         new_params = run.strategy.aggregate(run.params) if run.strategy.ready(now) else None
         version = run.version + (new_params is not None)
         outcome = PushOutcome(
-            task.id,
+            lease.task_id,
             arrival.staleness,
             weight,
             version,
@@ -267,74 +286,83 @@ class Coordinator:
             tau_thres=run.strategy.describe().get("tau_thres"),
         )
         self.profiler.observe(
-            task.device_model, task.features, result.batch_size, result.compute_time_ms, result.energy
+            lease.device_model, lease.features, result.batch_size, result.compute_time_ms, result.energy
         )
-        with self.sessions.begin() as session:
-            repo.answer_task(
-                session=session,
-                task_id=task.id,
-                digest=result.digest,
-                outcome=outcome.to_dict(),
-                staleness=arrival.staleness,
-                weight=weight,
-                now=now,
-            )
-            repo.add_measurement(
-                session=session,
-                row=MeasurementRow(
-                    task_id=task.id,
-                    device_model=task.device_model,
-                    batch_size=result.batch_size,
-                    compute_time_ms=result.compute_time_ms,
-                    predicted_time_ms=task.predicted_time_ms,
-                    energy=result.energy,
-                    predicted_energy=task.predicted_energy,
-                    loss=result.loss,
-                    at=now,
-                ),
-            )
-            if new_params is not None:
-                repo.save_version(
-                    session=session,
-                    model_id=run.model_id,
-                    version=version,
-                    params=new_params.astype("<f4").tobytes(),
-                    now=now,
-                    retention=self.version_retention,
-                )
-            repo.save_strategy_state(
-                session=session, model_id=run.model_id, state=run.strategy.state_dict(), now=now
-            )
-            repo.save_profiler_state(
-                session=session,
-                key=f"device:{task.device_model}",
-                state=self.profiler.device_state(task.device_model),
-                now=now,
-            )
+        self._dirty_profiles.add(lease.device_model)
+        stored = None
         if new_params is not None:
+            stored = new_params.astype("<f4").tobytes()
             run.params, run.version = new_params, version
-            self.catalog.remember(run.model_id, version, new_params.astype("<f4").tobytes())
-            if run.stop_versions is not None and version >= run.stop_versions:
-                self._set_status("finished", actor="criterion")
+            self.catalog.remember(run.model_id, version, stored)
+        self.leases.answered(lease, result.digest, outcome.to_dict())
+        ticket = self.journal.answer(
+            Answer(
+                task={
+                    "id": lease.task_id,
+                    "status": "applied",
+                    "digest": result.digest,
+                    "outcome": outcome.to_dict(),
+                    "staleness": arrival.staleness,
+                    "weight": weight,
+                    "answered_at": now,
+                },
+                measurement={
+                    "task_id": lease.task_id,
+                    "device_model": lease.device_model,
+                    "batch_size": result.batch_size,
+                    "compute_time_ms": result.compute_time_ms,
+                    "predicted_time_ms": lease.predicted_time_ms,
+                    "energy": result.energy,
+                    "predicted_energy": lease.predicted_energy,
+                    "loss": result.loss,
+                    "at": now,
+                },
+                version=None if stored is None else (run.model_id, version, stored),
+            )
+        )
+        self._durable[lease.task_id] = ticket
+        while len(self._durable) > 4096:
+            self._durable.pop(next(iter(self._durable)))
+        if new_params is not None and run.stop_versions is not None and version >= run.stop_versions:
+            self._set_status("finished", actor="criterion")
         self.recent.staleness.append(arrival.staleness)
         self.recent.weights.append(weight)
-        if task.predicted_time_ms is not None:
-            self.recent.timings.append((task.predicted_time_ms, result.compute_time_ms))
-        return outcome
+        if lease.predicted_time_ms is not None:
+            self.recent.timings.append((lease.predicted_time_ms, result.compute_time_ms))
+        return outcome, ticket
+
+    def _journal_state(self) -> State:
+        """Called by the journal under the lock: the state that matches exactly the pushes it takes."""
+        run = self.run
+        profiles = {f"device:{m}": self.profiler.device_state(m) for m in self._dirty_profiles}
+        self._dirty_profiles.clear()
+        if run is None:
+            return State(profiles=profiles)
+        return State(model_id=run.model_id, strategy=run.strategy.state_dict(), profiles=profiles)
+
+    def _journal_failed(self, error: BaseException) -> None:
+        """A batch did not commit: memory is ahead of storage, so reload the last durable state."""
+        log.error("reloading the coordinator from storage after a failed commit: %s", error)
+        self.leases = LeaseBook(sessions=self.sessions)
+        self._durable.clear()
+        self.start()
+
+    def close(self) -> None:
+        """Write what is queued and stop the journal's writer."""
+        self.journal.close()
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def _set_status(self, status: str, *, actor: str = "admin") -> None:
+    def _set_status(self, status: str, *, actor: str = "admin") -> Ticket:
         run = self._require_run()
         run.status = status
-        with self.sessions.begin() as session:
-            repo.set_model_fields(session=session, model_id=run.model_id, status=status)
-            repo.audit(
-                session=session,
-                actor=actor,
-                action=f"status:{status}",
-                detail={"model_id": run.model_id, "version": run.version},
-                now=self.clock(),
-            )
+        model_id, version, now = run.model_id, run.version, self.clock()
+
+        def write(session: Session) -> None:
+            repo.set_model_fields(session=session, model_id=model_id, status=status)
+            detail = {"model_id": model_id, "version": version}
+            repo.audit(session=session, actor=actor, action=f"status:{status}", detail=detail, now=now)
+
+        return self.journal.other(write)
         log.info("model %s is now %s at version %d", run.model_id, status, run.version)
 
     def _require_run(self) -> TrainingRun:
@@ -344,13 +372,15 @@ class Coordinator:
 
     def pause(self) -> None:
         with self._lock:
-            if self._require_run().status == "training":
-                self._set_status("paused")
+            ticket = self._set_status("paused") if self._require_run().status == "training" else None
+        if ticket is not None:
+            ticket.wait()
 
     def resume(self) -> None:
         with self._lock:
-            if self._require_run().status == "paused":
-                self._set_status("training")
+            ticket = self._set_status("training") if self._require_run().status == "paused" else None
+        if ticket is not None:
+            ticket.wait()
 
     def set_stop(self, *, target_accuracy: float | None, max_versions: int | None) -> None:
         """Finish training once an evaluation reaches ``target_accuracy`` or ``max_versions`` is reached."""
@@ -371,8 +401,11 @@ class Coordinator:
                     detail={"target_accuracy": target_accuracy, "max_versions": max_versions},
                     now=self.clock(),
                 )
+            ticket = None
             if max_versions is not None and run.version >= max_versions and run.status != "finished":
-                self._set_status("finished", actor="criterion")
+                ticket = self._set_status("finished", actor="criterion")
+        if ticket is not None:
+            ticket.wait()
 
     def snapshot(self) -> Snapshot | None:
         with self._lock:
@@ -394,8 +427,11 @@ class Coordinator:
             if run is None or run.model_id != model_id:
                 return
             run.latest_accuracy = accuracy
+            ticket = None
             if run.stop_accuracy is not None and accuracy >= run.stop_accuracy and run.status != "finished":
-                self._set_status("finished", actor="criterion")
+                ticket = self._set_status("finished", actor="criterion")
+        if ticket is not None:
+            ticket.wait()
 
     # -- figures -------------------------------------------------------------------------------
     def evaluations(self, model_id: str) -> list[dict[str, float]]:
