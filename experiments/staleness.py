@@ -94,7 +94,9 @@ def summarise(
             for v in variants:
                 if proto == "a" and v not in MAIN:
                     continue
-                lr = shared if proto == "a" else lrs[v]
+                lr = shared if proto == "a" else lrs.get(v)
+                if lr is None:  # a variant whose learning rate is not tuned yet (the run goes on)
+                    continue
                 found = [by.get((v, lr, s, dist if v != "ssgd" else None)) for s in cfg["seeds"]]
                 if any(f is None for f in found):
                     continue

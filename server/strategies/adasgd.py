@@ -49,15 +49,22 @@ class AdaSGD(Strategy):
         self.global_counts = global_counts
         self.staleness_seen: deque[int] = deque(maxlen=window)
         self.label_totals: np.ndarray | None = None
+        self._thres_known = False  # the percentile is cached until the next staleness value arrives
+        self._thres: float | None = None
 
     # -- statistics ----------------------------------------------------------------------------
     def current_tau_thres(self) -> float | None:
         """The fixed τ_thres, or the percentile of past staleness; None while bootstrapping."""
         if self.tau_thres is not None:
             return float(self.tau_thres)
-        if len(self.staleness_seen) < self.bootstrap:
-            return None
-        return max(1.0, float(np.percentile(np.fromiter(self.staleness_seen, float), self.percentile)))
+        if not self._thres_known:
+            self._thres = (
+                None
+                if len(self.staleness_seen) < self.bootstrap
+                else max(1.0, float(np.percentile(np.fromiter(self.staleness_seen, float), self.percentile)))
+            )
+            self._thres_known = True
+        return self._thres
 
     def dampening(self, tau: int) -> float:
         """Λ(τ): DynSGD while bootstrapping, then exp(−β·τ) (τ capped at τ_thres if ``staleness_cap``)."""
@@ -90,6 +97,7 @@ class AdaSGD(Strategy):
             weight = damp / max(self.boost_floor, sim)
         weight = min(1.0, weight)
         self.staleness_seen.append(int(tau))
+        self._thres_known = False
         self._count_labels(arrival.label_counts, weight)
         return weight
 
@@ -113,6 +121,7 @@ class AdaSGD(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.staleness_seen = deque((int(t) for t in state.get("staleness_seen", [])), maxlen=self.window)
+        self._thres_known = False
         totals = state.get("label_totals")
         self.label_totals = None if totals is None else np.asarray(totals, dtype=np.float64)
 
