@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.profiler_sim import PA_C
+from experiments.profiler_sim import PA_C, Z_CLIP
 from fleet.server_process import ENROLL, ServerProcess
 from sim.bootstrap import write_bootstrap
 from sim.devices import split_roles
@@ -126,6 +126,7 @@ def run_live(
         params = {
             "relative_memory": True,
             "personal_init": "level",
+            "z_clip": Z_CLIP,
             "C": PA_C,
             ("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon,
         }
