@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.store import repository as repo
@@ -180,17 +180,25 @@ class Journal:
 
 def write_batch(session: Session, batch: _Batch, state: State, *, now: float, retention: int) -> None:
     """One batch as bulk statements: grants, other writes, answers, measurements, versions, state."""
+    tasks = TaskRow.__table__
     if batch.grants:
-        session.execute(insert(TaskRow), batch.grants)
+        session.execute(insert(tasks), batch.grants)
     for work in batch.other:
         work(session)
     if batch.answers:
-        session.execute(update(TaskRow), [a.task for a in batch.answers])
-        session.execute(insert(MeasurementRow), [a.measurement for a in batch.answers])
+        answer = update(tasks).where(tasks.c.id == bindparam("task_id"))
+        session.execute(
+            answer,
+            [
+                {**{k: v for k, v in a.task.items() if k != "id"}, "task_id": a.task["id"]}
+                for a in batch.answers
+            ],
+        )
+        session.execute(insert(MeasurementRow.__table__), [a.measurement for a in batch.answers])
         versions = [a.version for a in batch.answers if a.version is not None]
         if versions:
             session.execute(
-                insert(VersionRow),
+                insert(VersionRow.__table__),
                 [{"model_id": m, "version": v, "params": p, "created_at": now} for m, v, p in versions],
             )
             model_id, newest = versions[-1][0], versions[-1][1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from server.store.codec import decode_state, encode_state
@@ -203,13 +203,20 @@ def audit(*, session: Session, actor: str, action: str, detail: dict[str, Any], 
 
 
 # -- strategy and profiler state -------------------------------------------------------------------
+def _upsert(session: Session, table: Any, key: dict[str, Any], values: dict[str, Any]) -> None:
+    """UPDATE, then INSERT if no row matched: portable, and no ORM identity-map round trip."""
+    where = [table.c[k] == v for k, v in key.items()]
+    if not session.execute(update(table).where(*where).values(**values)).rowcount:  # type: ignore[attr-defined]
+        session.execute(insert(table).values(**key, **values))
+
+
 def save_strategy_state(*, session: Session, model_id: str, state: dict[str, Any], now: float) -> None:
-    data = encode_state(state)
-    row = session.get(StrategyRow, model_id)
-    if row is None:
-        session.add(StrategyRow(model_id=model_id, state=data, updated_at=now))
-    else:
-        row.state, row.updated_at = data, now
+    _upsert(
+        session,
+        StrategyRow.__table__,
+        {"model_id": model_id},
+        {"state": encode_state(state), "updated_at": now},
+    )
 
 
 def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | None:
@@ -218,11 +225,7 @@ def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | 
 
 
 def save_profiler_state(*, session: Session, key: str, state: dict[str, Any], now: float) -> None:
-    row = session.get(ProfilerRow, key)
-    if row is None:
-        session.add(ProfilerRow(key=key, state=state, updated_at=now))
-    else:
-        row.state, row.updated_at = state, now
+    _upsert(session, ProfilerRow.__table__, {"key": key}, {"state": state, "updated_at": now})
 
 
 def load_profiler_states(*, session: Session) -> dict[str, dict[str, Any]]:
