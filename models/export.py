@@ -21,6 +21,7 @@ from torch.export import Dim
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from models.decompositions import training_decompositions
+from models.graph_rewrite import drop_offset_pools
 from models.manifest import BUILTIN_DIR, Bundle, Manifest, ParamSpec
 from models.zoo import BUILTINS, build
 
@@ -136,7 +137,7 @@ def _to_onnx(
         tensor.ClearField("data_location")
         del tensor.external_data[:]
     onnx.checker.check_model(model, full_check=True)
-    return model.SerializeToString()
+    return drop_offset_pools(model).SerializeToString()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
