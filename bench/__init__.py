@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "memory": "bench.memory",
     "wire": "bench.wire",
     "profiler": "bench.profiler",
+    "simulator": "bench.simulator",
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

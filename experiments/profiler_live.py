@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.profiler_sim import PA_C, Z_CLIP
+from experiments.profiler_sim import PA_C, SCALE_FLOOR, Z_CLIP
 from fleet.server_process import ENROLL, ServerProcess
 from sim.bootstrap import write_bootstrap
 from sim.devices import split_roles
@@ -127,6 +127,7 @@ def run_live(
             "relative_memory": True,
             "personal_init": "level",
             "z_clip": Z_CLIP,
+            "scale_floor": SCALE_FLOOR,
             "C": PA_C,
             ("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon,
         }

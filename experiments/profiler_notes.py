@@ -22,7 +22,14 @@ SETUP_NOTES = """## Set-up
   C = 1 in units of the mean slope (thesis 0.1; needed live, where the cold start is 5-10x off),
   available memory fed as a fraction of total memory (raw bytes within one phone swing by hundreds
   of MB and the cold start's between-phone coefficient turns that into slope noise: p90 of the
-  personal tasks went from 0.90 s to 0.58 s in simulation).
+  personal tasks went from 0.90 s to 0.58 s in simulation), personal models started from the cold
+  start's prediction with zero feature coefficients (`personal_init="level"`: the cold start's
+  coefficients are between-phone ones, confounded, e.g. fast phones run hotter; simulated p90 over
+  280 tasks 0.85 s → 0.55 s), standardised features clipped at ±3 (`z_clip`) and standardised by
+  at least 5% of their mean (`scale_floor`): the short live bootstrap has almost no spread in memory
+  and temperature, and live readings otherwise landed 10-50 σ away and swung the personal models.
+  The defaults of `IProf` are unchanged (the spec's behaviour); these are the experiments'
+  settings, passed by `FLEET_PROFILER_PARAMS` live.
 - **Live.** A real `fleet serve` on loopback with `FLEET_PROFILER_BASELINE=maui`; real worker
   processes (`client.Worker`, onnxruntime, the MNIST CNN, batches sampled with replacement from the
   worker's shard) pinned with `os.sched_setaffinity` to core 0, core 1 or both, with 1 or 2 threads,
@@ -36,4 +43,9 @@ SETUP_NOTES = """## Set-up
   (core 0 1 thread; both cores 2 threads; core 1 1 thread with a competing load).
   "One worker per core at a time": a worker holds its cores (flock) for a whole task, as separate
   phones would; "sharing cores": workers on the same core also slow each other down at random.
+- **Why live differs from simulation.** A worker's per-sample time changes by up to 5x between two
+  of its tasks a few seconds apart (the competing loop's duty cycle moves within 27-40 s, and the
+  machine's other jobs come and go: see the load averages); none of the features a phone can read
+  sees that load, so any profiler that learns from past tasks meets it as noise. In simulation the
+  background load and the thermal state change more slowly than the request rate.
 """

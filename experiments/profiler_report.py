@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["deviation_stats", "write_outputs"]
+__all__ = ["deviation_stats", "live_breakdown", "write_outputs"]
 
 PROFILERS = ("iprof", "maui")
 COLORS = {"iprof": "tab:blue", "maui": "tab:red"}
@@ -45,6 +45,18 @@ def deviation_stats(records: Sequence[dict[str, Any]], kind: str, slo: float, sc
             "cold_tasks": int(cold),
         }
     return out
+
+
+def live_breakdown(records: Sequence[dict[str, Any]], kind: str, slo: float) -> dict[str, Any]:
+    """Live diagnosis: each worker's first I-Prof task (the cold start) apart from the rest."""
+    first = [r for r in records if r["profiler"] == "iprof" and r["request"] == 0]
+    rest = [r for r in records if r["request"] >= 2]
+    after = deviation_stats(rest, kind, slo, 1.0)
+    return {
+        "cold_start_errors_of_slo": [round((_cost(r, kind) - slo) / slo, 2) for r in first],
+        "iprof_p90_fraction_after_first_round": after.get("iprof", {}).get("p90_fraction_of_slo"),
+        "maui_p90_fraction_after_first_round": after.get("maui", {}).get("p90_fraction_of_slo"),
+    }
 
 
 def _panel_row(axes: Any, records: Sequence[dict[str, Any]], kind: str, slo: float, title: str) -> None:

@@ -23,7 +23,7 @@ from sim.bootstrap import collect_bootstrap
 from sim.devices import CATALOG_PATH, load_catalog, split_roles
 from sim.profiler_trial import run_trial
 
-__all__ = ["NO_TIME_SLO_MS", "PA_C", "Z_CLIP", "make_profilers", "simulate"]
+__all__ = ["NO_TIME_SLO_MS", "PA_C", "SCALE_FLOOR", "Z_CLIP", "make_profilers", "simulate"]
 
 NO_TIME_SLO_MS = 1e9  # the energy comparison sizes by energy alone
 MAX_BATCH = 20_000
@@ -34,6 +34,8 @@ PA_C = 1.0
 # standardised features clipped at ±3: the live bootstrap (three set-ups, a few seconds each) has
 # almost no spread in memory or temperature, so live readings landed 10-50 σ away and swung the model
 Z_CLIP = 3.0
+# and standardised by at least 5% of their mean (see SlopeRegressor.scale_floor)
+SCALE_FLOOR = 0.05
 
 
 def make_profilers(kind: str, slo: float, rows: Sequence[dict[str, Any]]) -> RoundRobinDispatcher:
@@ -49,6 +51,7 @@ def make_profilers(kind: str, slo: float, rows: Sequence[dict[str, Any]]) -> Rou
         relative_memory=True,
         personal_init="level",
         z_clip=Z_CLIP,
+        scale_floor=SCALE_FLOOR,
         C=PA_C,
         **{("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon},
     )

@@ -71,6 +71,7 @@ class IProf(BaseEstimator):
     personal_init : see ``SlopeRegressor`` ("level" starts a personal model from the cold start's
         prediction alone).
     z_clip : see ``SlopeRegressor`` (clip standardised features to ±z_clip).
+    scale_floor : see ``SlopeRegressor`` (standardise by at least this fraction of a feature's mean).
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class IProf(BaseEstimator):
         relative_memory: bool = False,
         personal_init: str = "cold",
         z_clip: float | None = None,
+        scale_floor: float | None = None,
     ) -> None:
         self.time_slo_ms = time_slo_ms
         self.energy_slo = energy_slo
@@ -112,6 +114,7 @@ class IProf(BaseEstimator):
         self.relative_memory = relative_memory
         self.personal_init = personal_init
         self.z_clip = z_clip
+        self.scale_floor = scale_floor
 
     # ------------------------------------------------------------------ fitting
     def fit(
@@ -311,6 +314,7 @@ class IProf(BaseEstimator):
             max_pairs=self.max_pairs,
             personal_init=self.personal_init,
             z_clip=self.z_clip,
+            scale_floor=self.scale_floor,
         )
 
     def _values(self, features: Mapping[str, Any]) -> list[float | None]:

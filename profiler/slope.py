@@ -52,6 +52,10 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         cold start's coefficients are between-phone ones (fast phones have more memory and run
         hotter); inside one phone they turn fluctuations of temperature and free memory into slope
         noise (simulated p90 |t − SLO| 0.85 s with "cold", 0.55 s with "level").
+    scale_floor : standardise each feature by at least this fraction of its bootstrap mean (None:
+        the bootstrap's spread alone). A short bootstrap (the live one: a few seconds per set-up)
+        sees free memory vary by 0.1%; in use it varies by several percent, which the raw spread
+        would turn into ±10 σ swings that the PA updates then chase.
     z_clip : clip standardised features to ±z_clip (None: no clipping). A feature far outside the
         bootstrap's range (a small bootstrap, a new kind of phone, a hot phone when the bootstrap
         ran cool) would otherwise take over the linear model and swing its predictions.
@@ -66,6 +70,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         max_pairs: int = 10_000,
         personal_init: str = "cold",
         z_clip: float | None = None,
+        scale_floor: float | None = None,
     ) -> None:
         self.C = C
         self.epsilon = epsilon
@@ -74,6 +79,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         self.max_pairs = max_pairs
         self.personal_init = personal_init
         self.z_clip = z_clip
+        self.scale_floor = scale_floor
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X: Any, y: Any) -> SlopeRegressor:
@@ -91,6 +97,10 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         if positive.size == 0:
             raise ValueError("the bootstrap data has no positive slope to learn the floor from")
         self.scaler_ = StandardScaler().fit(X)
+        if self.scale_floor is not None:
+            # a feature nearly constant in the bootstrap would be blown up by its tiny spread
+            floor = self.scale_floor * np.abs(self.scaler_.mean_)
+            self.scaler_.scale_ = np.maximum(self.scaler_.scale_, np.where(floor > 0, floor, 1.0))
         z = self._standardise(X)
         self.y_scale_ = float(np.mean(np.abs(y))) if self.scale_target else 1.0
         self.alpha_floor_ = float(self.alpha_floor_fraction * positive.min())
@@ -251,6 +261,8 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"alpha_floor_fraction must be in (0, 1], got {self.alpha_floor_fraction}")
         if int(self.max_pairs) < 0:
             raise ValueError(f"max_pairs must be >= 0, got {self.max_pairs}")
+        if self.scale_floor is not None and not self.scale_floor >= 0:
+            raise ValueError(f"scale_floor must be >= 0 or None, got {self.scale_floor}")
         if self.z_clip is not None and not self.z_clip > 0:
             raise ValueError(f"z_clip must be > 0 or None, got {self.z_clip}")
         if self.personal_init not in ("cold", "level"):

@@ -331,6 +331,7 @@ def test_estimator_contract(boot: tuple) -> None:
         "max_pairs": 10_000,
         "personal_init": "cold",
         "z_clip": None,
+        "scale_floor": None,
     }
     with pytest.raises(NotFittedError):
         reg.predict(x[:2, :4])

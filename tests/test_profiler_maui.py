@@ -116,3 +116,29 @@ def test_level_init_starts_from_the_cold_prediction(boot_rows: list[dict]) -> No
     assert iprof.batch_size("new", boot_rows[11]).time_bound == pytest.approx(cold.time_bound, rel=1e-6)
     with pytest.raises(ValueError, match="personal_init"):
         _fit(boot_rows, personal_init="bogus")
+
+
+def test_z_clip_bounds_the_effect_of_out_of_range_features(boot_rows: list[dict]) -> None:
+    iprof = _fit(boot_rows, z_clip=3.0)
+    scaler = iprof.time_.scaler_
+    hot = dict(boot_rows[0], temperature=float(scaler.mean_[2] + 50 * scaler.scale_[2]))
+    edge = dict(boot_rows[0], temperature=float(scaler.mean_[2] + 3 * scaler.scale_[2]))
+    assert iprof.batch_size("x", hot).time_bound == pytest.approx(iprof.batch_size("x", edge).time_bound)
+    unclipped = _fit(boot_rows)
+    assert unclipped.batch_size("x", hot).time_bound != pytest.approx(
+        unclipped.batch_size("x", edge).time_bound
+    )
+
+
+def test_scale_floor_keeps_a_near_constant_feature_from_blowing_up() -> None:
+    rng = np.random.default_rng(0)
+    rows = [
+        {"available_memory": 2e9 + rng.normal(0, 1e6), "total_memory": 4e9, "temperature": 30.0,
+         "cpu_freq_sum": float(f)}
+        for f in rng.choice([4000.0, 8000.0, 12000.0], 60)
+    ]  # fmt: skip
+    slopes = [40000.0 / r["cpu_freq_sum"] for r in rows]
+    floored = IProf(scale_floor=0.05).fit(rows, slopes)
+    assert floored.time_.scaler_.scale_[0] == pytest.approx(0.05 * 2e9, rel=1e-3)
+    raw = IProf().fit(rows, slopes)
+    assert raw.time_.scaler_.scale_[0] < 2e6  # 1 MB of spread: a 100 MB swing would be 50 σ
