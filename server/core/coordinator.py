@@ -196,23 +196,7 @@ class Coordinator:
                 deadline=now + self.lease_seconds,
             )
             self.leases.add(lease)
-            self.journal.grant(
-                {
-                    "id": lease.task_id,
-                    "model_id": lease.model_id,
-                    "device_id": lease.device_id,
-                    "device_model": lease.device_model,
-                    "version": version,
-                    "batch_size": lease.batch_size,
-                    "similarity": terms.similarity,
-                    "features": lease.features,
-                    "predicted_time_ms": lease.predicted_time_ms,
-                    "predicted_energy": lease.predicted_energy,
-                    "created_at": now,
-                    "deadline": lease.deadline,
-                    "status": "open",
-                }
-            )
+            self.journal.grant(lease.grant_row(similarity=terms.similarity, created_at=now))
             if now - self._last_expiry > 30:
                 self.leases.expire(now)
                 self.journal.other(lambda session: repo.expire_tasks(session=session, now=now))
@@ -297,26 +281,8 @@ class Coordinator:
         self.leases.answered(lease, result.digest, outcome.to_dict())
         ticket = self.journal.answer(
             Answer(
-                task={
-                    "id": lease.task_id,
-                    "status": "applied",
-                    "digest": result.digest,
-                    "outcome": outcome.to_dict(),
-                    "staleness": arrival.staleness,
-                    "weight": weight,
-                    "answered_at": now,
-                },
-                measurement={
-                    "task_id": lease.task_id,
-                    "device_model": lease.device_model,
-                    "batch_size": result.batch_size,
-                    "compute_time_ms": result.compute_time_ms,
-                    "predicted_time_ms": lease.predicted_time_ms,
-                    "energy": result.energy,
-                    "predicted_energy": lease.predicted_energy,
-                    "loss": result.loss,
-                    "at": now,
-                },
+                task=lease.answer_row(result.digest, outcome.to_dict(), arrival.staleness, weight, now),
+                measurement=lease.measurement_row(result, now),
                 version=None if stored is None else (run.model_id, version, stored),
             )
         )

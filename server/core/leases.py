@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from server.core.types import TaskResult
 from server.store import repository as repo
 
 
@@ -28,6 +29,52 @@ class Lease:
     status: str = "open"
     digest: str | None = None
     outcome: dict[str, Any] | None = None
+
+    def grant_row(self, *, similarity: float | None, created_at: float) -> dict[str, Any]:
+        """The tasks-table row of this grant."""
+        return {
+            "id": self.task_id,
+            "model_id": self.model_id,
+            "device_id": self.device_id,
+            "device_model": self.device_model,
+            "version": self.version,
+            "batch_size": self.batch_size,
+            "similarity": similarity,
+            "features": self.features,
+            "predicted_time_ms": self.predicted_time_ms,
+            "predicted_energy": self.predicted_energy,
+            "created_at": created_at,
+            "deadline": self.deadline,
+            "status": "open",
+        }
+
+    def answer_row(
+        self, digest: str, outcome: dict[str, Any], staleness: int, weight: float, now: float
+    ) -> dict[str, Any]:
+        """The tasks-table columns an answer changes."""
+        return {
+            "id": self.task_id,
+            "status": "applied",
+            "digest": digest,
+            "outcome": outcome,
+            "staleness": staleness,
+            "weight": weight,
+            "answered_at": now,
+        }
+
+    def measurement_row(self, result: TaskResult, now: float) -> dict[str, Any]:
+        """Predicted against measured cost of this task (what I-Prof's evaluation charts)."""
+        return {
+            "task_id": self.task_id,
+            "device_model": self.device_model,
+            "batch_size": result.batch_size,
+            "compute_time_ms": result.compute_time_ms,
+            "predicted_time_ms": self.predicted_time_ms,
+            "energy": result.energy,
+            "predicted_energy": self.predicted_energy,
+            "loss": result.loss,
+            "at": now,
+        }
 
 
 class LeaseBook:
