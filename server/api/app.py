@@ -115,15 +115,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 row = coordinator.catalog.row(model_id)
                 return Evaluator(coordinator.catalog.manifest(model_id), row.infer_onnx, x, y)
 
-            def on_result(_model: str, _version: int, accuracy: float, _loss: float) -> None:
-                app.state.metrics.accuracy.set(accuracy)
-
             loop = EvaluationLoop(
                 coordinator,
                 make_evaluator,
                 every_versions=settings.eval_every_versions,
                 interval_s=settings.eval_interval_s,
-                on_result=on_result,
             )
             loop.start()
         try:

@@ -407,15 +407,18 @@ class Coordinator:
 
     def stats(self) -> dict[str, Any]:
         """The figures of the demo's summary and the console."""
+        run = self.run
+        latest = None
+        if run is not None:
+            with self.sessions() as session:
+                latest = repo.latest_evaluation(session=session, model_id=run.model_id)
         with self._lock:
-            run = self.run
-            latest = self.evaluations(run.model_id)[-1:] if run else []
             return {
                 "model_id": run.model_id if run else None,
                 "status": run.status if run else "no_model",
                 "version": run.version if run else 0,
-                "accuracy": latest[0]["accuracy"] if latest else None,
-                "evaluated_version": latest[0]["version"] if latest else None,
+                "accuracy": latest.accuracy if latest else None,
+                "evaluated_version": latest.version if latest else None,
                 "devices": self.devices.count(),
                 "strategy": run.strategy.describe() if run else None,
                 **self.recent.summary(),

@@ -23,7 +23,6 @@ class EvaluationLoop(threading.Thread):
         every_versions: int,
         interval_s: float,
         poll_s: float = 0.2,
-        on_result: Callable[[str, int, float, float], None] | None = None,
     ) -> None:
         super().__init__(name="fleet-evaluation", daemon=True)
         self.coordinator = coordinator
@@ -31,7 +30,6 @@ class EvaluationLoop(threading.Thread):
         self.every_versions = every_versions
         self.interval_s = interval_s
         self.poll_s = poll_s
-        self.on_result = on_result
         self.stopped = threading.Event()
         self._evaluators: dict[str, Evaluator] = {}
 
@@ -57,8 +55,6 @@ class EvaluationLoop(threading.Thread):
                     evaluator = self._evaluators[snapshot.model_id] = self.make_evaluator(snapshot.model_id)
                 accuracy, loss = evaluator.evaluate(snapshot.params)
                 self.coordinator.record_evaluation(snapshot.model_id, snapshot.version, accuracy, loss)
-                if self.on_result is not None:
-                    self.on_result(snapshot.model_id, snapshot.version, accuracy, loss)
             except Exception:  # an evaluation failure must never stop training
                 log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)
             last[snapshot.model_id] = snapshot.version

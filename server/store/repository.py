@@ -177,6 +177,15 @@ def add_evaluation(
     session.add(EvaluationRow(model_id=model_id, version=version, accuracy=accuracy, loss=loss, at=now))
 
 
+def latest_evaluation(*, session: Session, model_id: str) -> EvaluationRow | None:
+    return session.scalar(
+        select(EvaluationRow)
+        .where(EvaluationRow.model_id == model_id)
+        .order_by(EvaluationRow.id.desc())
+        .limit(1)
+    )
+
+
 def evaluations(*, session: Session, model_id: str) -> list[EvaluationRow]:
     return list(
         session.scalars(

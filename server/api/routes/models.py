@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from server.api.deps import CoordinatorDep
 from server.api.schemas import ModelOut, VersionOut
-from server.core.catalog import ModelInfo
+from server.core.catalog import ModelInfo, info_of
 from server.core.errors import NotFound
 from server.core.inference_export import bake_weights
 
@@ -30,18 +30,15 @@ def list_models(coordinator: CoordinatorDep) -> list[ModelOut]:
 
 @router.get("/active", response_model=ModelOut)
 def active_model(coordinator: CoordinatorDep) -> ModelOut:
-    for info in coordinator.catalog.list():
-        if info.active:
-            return model_out(info)
-    raise NotFound("no model is active")
+    row = coordinator.catalog.active_row()
+    if row is None:
+        raise NotFound("no model is active")
+    return model_out(info_of(row))
 
 
 @router.get("/{model_id}", response_model=ModelOut)
 def get_model(model_id: str, coordinator: CoordinatorDep) -> ModelOut:
-    for info in coordinator.catalog.list():
-        if info.model_id == model_id:
-            return model_out(info)
-    raise NotFound(f"no model {model_id!r}")
+    return model_out(info_of(coordinator.catalog.row(model_id)))
 
 
 @router.get("/{model_id}/manifest")
