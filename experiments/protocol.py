@@ -145,13 +145,18 @@ def run_job(job: Job) -> dict[str, Any]:
 
 @dataclass
 class Runner:
-    """Runs jobs in a pool of ``workers`` processes, caching each result under ``cache``."""
+    """Runs jobs in a pool of ``workers`` processes, caching each result under ``cache``.
+
+    A job is any hashable, picklable value with a ``key()``; ``work`` (a module-level function, so
+    the pool can pickle it) turns one into its JSON-able output.
+    """
 
     cache: Path
     workers: int = field(default_factory=lambda: int(os.environ.get("FLEET_WORKERS", "2")))
     progress: bool = True
+    work: Callable[[Any], dict[str, Any]] = run_job
 
-    def run(self, jobs: Sequence[Job]) -> dict[Job, dict[str, Any]]:
+    def run(self, jobs: Sequence[Any]) -> dict[Any, dict[str, Any]]:
         self.cache.mkdir(parents=True, exist_ok=True)
         done: dict[Job, dict[str, Any]] = {}
         todo = []
@@ -168,11 +173,11 @@ class Runner:
         with Progress(disable=not self.progress) as bar:
             task = bar.add_task(f"{len(todo)} runs", total=len(todo))
             if self.workers <= 1:
-                outputs = map(run_job, todo)
+                outputs = map(self.work, todo)
                 pool = None
             else:
                 pool = ProcessPoolExecutor(self.workers)
-                outputs = pool.map(run_job, todo)
+                outputs = pool.map(self.work, todo)
             try:
                 for job, output in zip(todo, outputs, strict=True):
                     (self.cache / f"{job.key()}.json").write_text(json.dumps(output))
