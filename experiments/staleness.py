@@ -38,9 +38,17 @@ def job(variant: str, lr: float, seed: int, dist: str, partition: str, cap: int,
 
 
 def run(
-    *, quick: bool, out_dir: Path, seed: int = 0, partition: str = "sorted", name: str = "staleness"
+    *,
+    quick: bool,
+    out_dir: Path,
+    seed: int = 0,
+    partition: str = "sorted",
+    name: str = "staleness",
+    dists: tuple[str, ...] | None = None,
 ) -> dict:
     cfg = plan(quick)
+    if dists is not None:
+        cfg["dists"] = dists
     runner = p.Runner(out_dir / "cache" / name, **({"workers": cfg["workers"]} if "workers" in cfg else {}))
     if quick:
         p.VARIANTS["ssgd"] = ("ssgd", {"k": 5})

@@ -106,6 +106,10 @@ class Catalog:
         while len(self._params) > self.cache_size:
             self._params.popitem(last=False)
 
+    def cached_params(self, model_id: str, version: int) -> bytes | None:
+        """A version's parameters if they are in memory (recent versions are), else None."""
+        return self._params.get((model_id, version))
+
     def params_bytes(self, model_id: str, version: int) -> bytes:
         """A version's parameters (little-endian float32); Gone once out of the retention window."""
         cached = self._params.get((model_id, version))

@@ -222,6 +222,16 @@ class Coordinator:
 
     def submit(self, device: Device, task_id: str, result: TaskResult) -> PushOutcome:
         """Validate a task's gradient, weigh it, maybe step; return once the answer is durable."""
+        outcome, ticket = self.submit_nowait(device, task_id, result)
+        if ticket is not None:
+            ticket.wait()
+        return outcome
+
+    def submit_nowait(
+        self, device: Device, task_id: str, result: TaskResult
+    ) -> tuple[PushOutcome, Ticket | None]:
+        """``submit`` without the wait: the outcome may be told to the device once the ticket is released
+        (an async caller awaits it instead of blocking a thread)."""
         with self._lock:
             lease = self.leases.get(task_id)
             if lease is None:
@@ -235,9 +245,7 @@ class Coordinator:
                     raise Conflict("this task was already answered with a different body")
             else:
                 outcome, ticket = self._apply(lease, result)
-        if ticket is not None:
-            ticket.wait()
-        return outcome
+        return outcome, ticket
 
     def _apply(self, lease: Lease, result: TaskResult) -> tuple[PushOutcome, Ticket]:
         now = self.clock()

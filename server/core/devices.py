@@ -38,6 +38,10 @@ class DeviceRegistry:
         self._by_hash[hash_token(token)] = device
         return device, token
 
+    def cached(self, token: str) -> Device | None:
+        """The device of a token already seen, without touching the database (None if not seen)."""
+        return self._by_hash.get(hash_token(token))
+
     def authenticate(self, token: str) -> Device | None:
         digest = hash_token(token)
         device = self._by_hash.get(digest)

@@ -49,13 +49,32 @@ class Ticket:
 
     def __init__(self, done: bool = False) -> None:
         self._event = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
         self.error: BaseException | None = None
         if done:
             self._event.set()
 
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
     def release(self, error: BaseException | None = None) -> None:
-        self.error = error
-        self._event.set()
+        with self._guard:
+            self.error = error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the writer's thread) once released, or now if it already is: lets an
+        event loop await durability without parking a thread per push."""
+        with self._guard:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def wait(self, timeout: float | None = 60.0) -> None:
         if not self._event.wait(timeout):

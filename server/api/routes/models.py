@@ -69,20 +69,25 @@ def versions(model_id: str, coordinator: CoordinatorDep) -> list[VersionOut]:
     response_class=Response,
     responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}},
 )
-def params(
+async def params(
     model_id: str,
     version: int,
     coordinator: CoordinatorDep,
     if_none_match: str | None = Header(None),
     encoding: Literal["float32", "float16"] = Query("float32"),
 ) -> Response:
-    """Little-endian float32 parameters, or float16 (half the bytes) with ``?encoding=float16``."""
+    """Little-endian float32 parameters, or float16 (half the bytes) with ``?encoding=float16``.
+
+    Every task pulls: recent versions are served from memory on the event loop, older ones from the
+    database in the thread pool."""
     etag = f'"{model_id}:{version}:{encoding}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
     if if_none_match == etag:
-        coordinator.catalog.row(model_id)
+        await run_in_threadpool(coordinator.catalog.row, model_id)
         return Response(status_code=304, headers=headers)
-    data = coordinator.catalog.params_bytes(model_id, version)
+    data = coordinator.catalog.cached_params(model_id, version)
+    if data is None:
+        data = await run_in_threadpool(coordinator.catalog.params_bytes, model_id, version)
     if encoding == "float16":
         data = np.frombuffer(data, dtype="<f4").astype("<f2").tobytes()
     return Response(data, media_type=OCTET, headers=headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -9,14 +10,15 @@ from dataclasses import asdict
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request, status
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
-from server.api.deps import CoordinatorDep, LimitedDevice, MetricsDep
+from server.api.deps import CoordinatorDep, LimitedDevice
+from server.api.metrics import Metrics
 from server.api.schemas import PushOut, RejectionOut, ResultMeta, TaskIn, TaskOut
 from server.core.types import Rejection, TaskRequest, TaskResult
+from server.store.journal import Ticket
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
@@ -28,15 +30,16 @@ router = APIRouter(prefix="/tasks", tags=["tasks"])
     responses={503: {"model": RejectionOut}, 410: {"model": RejectionOut}, 429: {}},
 )
 async def request_task(
-    body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, metrics: MetricsDep, request: Request
+    body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, request: Request
 ) -> TaskOut | JSONResponse:
+    metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     task_request = TaskRequest(
         device=device,
         features=body.features.model_dump(),
         label_counts=np.asarray(body.label_counts, np.int64),
     )
-    answer = await run_in_threadpool(coordinator.request_task, task_request)
+    answer = coordinator.request_task(task_request)  # memory only (the journal writes later): no thread
     metrics.task_seconds.observe(time.perf_counter() - started)
     if isinstance(answer, Rejection):
         metrics.tasks_rejected.labels(answer.reason).inc()
@@ -58,6 +61,26 @@ async def request_task(
     )
 
 
+async def durable(ticket: Ticket | None, timeout: float = 60.0) -> None:
+    """Wait, without holding a thread, until the journal has committed the push the ticket stands for."""
+    if ticket is None:
+        return
+    loop = asyncio.get_running_loop()
+    committed = loop.create_future()
+
+    def settle() -> None:
+        if not committed.done():
+            committed.set_result(None)
+
+    ticket.on_release(lambda: loop.call_soon_threadsafe(settle))
+    try:
+        await asyncio.wait_for(committed, timeout)
+    except TimeoutError as exc:
+        raise TimeoutError("the push was not committed in time") from exc
+    if ticket.error is not None:
+        raise ticket.error
+
+
 async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
     if value is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"multipart part {name!r} is missing")
@@ -66,8 +89,9 @@ async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
 
 @router.post("/{task_id}/result", response_model=PushOut)
 async def push_result(
-    task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep, metrics: MetricsDep
+    task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep
 ) -> PushOut:
+    metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise HTTPException(
@@ -106,7 +130,8 @@ async def push_result(
         gradient=np.frombuffer(gradient_bytes, dtype=dtype).astype(np.float32),
         digest=hashlib.sha256(meta_bytes + b"\x00" + gradient_bytes).hexdigest(),
     )
-    outcome = await run_in_threadpool(coordinator.submit, device, task_id, result)
+    outcome, ticket = coordinator.submit_nowait(device, task_id, result)  # CPU only, under the core's lock
+    await durable(ticket)
     if not outcome.duplicate:
         metrics.gradients.inc()
         metrics.staleness.observe(outcome.staleness)
