@@ -336,8 +336,8 @@ class Coordinator:
             detail = {"model_id": model_id, "version": version}
             repo.audit(session=session, actor=actor, action=f"status:{status}", detail=detail, now=now)
 
-        return self.journal.other(write)
         log.info("model %s is now %s at version %d", run.model_id, status, run.version)
+        return self.journal.other(write)
 
     def _require_run(self) -> TrainingRun:
         if self.run is None:

@@ -199,37 +199,41 @@ class Journal:
 
 def write_batch(session: Session, batch: _Batch, state: State, *, now: float, retention: int) -> None:
     """One batch as bulk statements: grants, other writes, answers, measurements, versions, state."""
-    tasks = TaskRow.__table__
+    tasks, versions_table = TaskRow.__table__, VersionRow.__table__
+    db = session.connection()  # Core statements on the connection: no ORM bookkeeping per statement
     if batch.grants:
-        session.execute(insert(tasks), batch.grants)
+        db.execute(insert(tasks), batch.grants)
     for work in batch.other:
         work(session)
     if batch.answers:
         answer = update(tasks).where(tasks.c.id == bindparam("task_id"))
-        session.execute(
+        db.execute(
             answer,
             [
                 {**{k: v for k, v in a.task.items() if k != "id"}, "task_id": a.task["id"]}
                 for a in batch.answers
             ],
         )
-        session.execute(insert(MeasurementRow.__table__), [a.measurement for a in batch.answers])
+        db.execute(insert(MeasurementRow.__table__), [a.measurement for a in batch.answers])
         versions = [a.version for a in batch.answers if a.version is not None]
         if versions:
-            session.execute(
-                insert(VersionRow.__table__),
+            db.execute(
+                insert(versions_table),
                 [{"model_id": m, "version": v, "params": p, "created_at": now} for m, v, p in versions],
             )
             model_id, newest = versions[-1][0], versions[-1][1]
-            session.execute(update(ModelRow).where(ModelRow.id == model_id).values(current_version=newest))
-            session.execute(
-                delete(VersionRow).where(
-                    VersionRow.model_id == model_id,
-                    VersionRow.version > 0,
-                    VersionRow.version <= newest - retention,
+            db.execute(
+                update(ModelRow.__table__)
+                .where(ModelRow.__table__.c.id == model_id)
+                .values(current_version=newest)
+            )
+            db.execute(
+                delete(versions_table).where(
+                    versions_table.c.model_id == model_id,
+                    versions_table.c.version > 0,
+                    versions_table.c.version <= newest - retention,
                 )
             )
     if state.model_id is not None and state.strategy is not None and (batch.answers or batch.other):
         repo.save_strategy_state(session=session, model_id=state.model_id, state=state.strategy, now=now)
-    for key, profile in state.profiles.items():
-        repo.save_profiler_state(session=session, key=key, state=profile, now=now)
+    repo.save_profiler_states(session=session, states=state.profiles, now=now)

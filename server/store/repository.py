@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from server.store.codec import decode_state, encode_state
@@ -235,6 +235,24 @@ def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | 
 
 def save_profiler_state(*, session: Session, key: str, state: dict[str, Any], now: float) -> None:
     _upsert(session, ProfilerRow.__table__, {"key": key}, {"state": state, "updated_at": now})
+
+
+def save_profiler_states(*, session: Session, states: dict[str, dict[str, Any]], now: float) -> None:
+    """Many profiles in one UPDATE (executemany), then INSERT the keys that were not there yet."""
+    if not states:
+        return
+    table = ProfilerRow.__table__
+    rows = [{"k": k, "state": v, "updated_at": now} for k, v in states.items()]
+    matched = session.execute(
+        update(table).where(table.c.key == bindparam("k")).values(state=bindparam("state"), updated_at=now),
+        rows,
+    ).rowcount  # type: ignore[attr-defined]
+    if matched == len(rows):
+        return
+    present = set(session.scalars(select(table.c.key).where(table.c.key.in_(list(states)))))
+    missing = [{"key": k, "state": v, "updated_at": now} for k, v in states.items() if k not in present]
+    if missing:
+        session.execute(insert(table), missing)
 
 
 def load_profiler_states(*, session: Session) -> dict[str, dict[str, Any]]:
