@@ -60,7 +60,7 @@ def test_pruning_quick_drops_about_the_asked_fraction(tmp_path):
 def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
     data = run_experiment("async-vs-sync", quick=True, out_dir=tmp_path)
     outputs_exist(tmp_path, "async-vs-sync")
-    table = data["summary"]["table"]
+    table = data["summary"]["tables"]["a"]["arms"]
     assert table["ssgd-wait-all"]["staleness_median"] == [0.0]
     assert table["adasgd"]["staleness_median"][0] > 0
     assert 0.0 <= data["summary"]["sim_overhead_1000_devices"]["share"] < 1.0
