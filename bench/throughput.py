@@ -1,8 +1,11 @@
 """Coordinator throughput and latency over real HTTP, against the in-process limits, per layer.
 
-Three layers are timed in the same run, per model:
+Four layers are timed in the same run, per model:
 - ``math``: decode the float32 body, validate it, AdaSGD weighs it, update the parameters (no HTTP, no DB);
-- ``core``: ``Coordinator.request_task`` + ``submit`` on a SQLite file (every push a durable transaction);
+- ``core``: ``Coordinator.request_task`` + ``submit`` on a SQLite file, one device at a time (so every
+  push waits for its own commit: a latency, not a throughput);
+- ``app``: the FastAPI app driven through raw ASGI calls by 50 concurrent devices (bench.asgi): process
+  CPU per request → pull → push cycle, everything but uvicorn's HTTP parsing and the sockets;
 - ``http``: `fleet serve` in its own process, a load generator (bench.loadgen) in another, over loopback.
 """
 
@@ -18,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.asgi import asgi_us
 
 TARGETS = {"mnist_cnn": 500, "mlp": 200}  # durable pushes per second at 200 devices; p99 ≤ 100 ms
 
@@ -90,6 +95,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     for model in ("mnist_cnn", "mlp"):
         math = math_us(model, 200 if quick else 2000)
         core = core_us(model, 50 if quick else 500)
+        app = asgi_us(model, devices=20 if quick else 50, cycles=3 if quick else 10)
         for devices in (50, 200):
             load = http_load(model, devices, 3.0 if quick else 15.0)
             http_us = 1e6 / load["pushes_per_s"] if load["pushes_per_s"] else float("inf")
@@ -101,6 +107,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
                 "push p50/p99 ms": f"{load['push_p50_ms']} / {load['push_p99_ms']}",
                 "µs/update math": round(math, 1),
                 "µs/update core+storage": round(core, 1),
+                "CPU µs/cycle app (ASGI)": round(app, 1),
                 "µs/update http": round(http_us, 1),
                 "ratio to in-process limit": round((1e6 / core) / max(load["pushes_per_s"], 1e-9), 2),
                 "target pushes/s": TARGETS[model],
@@ -110,7 +117,7 @@ def run(*, quick: bool = False) -> dict[str, Any]:
             print(
                 f"throughput {model:9s} {devices:3d} devices: {row['pushes/s']} pushes/s "
                 f"(target {TARGETS[model]}), push p99 {load['push_p99_ms']} ms; µs/update: math {math:.0f}, "
-                f"core+storage {core:.0f}, http {http_us:.0f}"
+                f"core+storage {core:.0f}, app CPU {app:.0f}, http {http_us:.0f}"
             )
     return {
         "name": "throughput",

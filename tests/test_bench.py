@@ -36,3 +36,10 @@ def test_client_dependencies_do_not_include_torch():
     sizes = installed_mb()
     assert {"numpy", "onnxruntime", "httpx", "psutil"} <= set(sizes)
     assert "torch" not in sizes and "scikit-learn" not in sizes
+
+
+def test_asgi_layer_runs_real_cycles_through_the_app():
+    """bench.asgi drives the real app (it raises if a task or push is refused) and reports CPU per cycle."""
+    from bench.asgi import asgi_us
+
+    assert asgi_us("mnist_cnn", devices=3, cycles=2) > 0
