@@ -2,8 +2,8 @@
 
 Simulation: 20 test device models, 28 requests each alternated between the profilers (280 tasks per
 profiler; the thesis's "about 280 tasks"), five seeds (seed 0 is plotted). Live: real worker processes
-on this machine at a 0.5 s SLO (see ``experiments.profiler_live``). Also the per-request latency of
-both profilers (``bench.profiler``).
+on this machine at a 0.5 s SLO (see ``experiments.profiler_live``). The per-request latency of
+both profilers is a benchmark (``fleet bench profiler``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from bench.profiler import benchmark
 from experiments.profiler_live import run_live
 from experiments.profiler_notes import SETUP_NOTES
 from experiments.profiler_report import deviation_stats, live_breakdown, write_outputs
 from experiments.profiler_sim import simulate
 
 SLO_MS, LIVE_SLO_MS = 3000.0, 500.0
+
+
+LATENCY_NOTE = (
+    "Per-request latency of prediction and update (target ≤ 1 ms p99 each) is a benchmark: "
+    "`fleet bench profiler`, in performance.md."
+)
 
 
 def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
@@ -38,7 +43,6 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         else run_live(kind="time", slo=LIVE_SLO_MS, quick=False, seed=seed, exclusive_cores=False)
     )
     shared_stats = deviation_stats(shared["records"], "time", LIVE_SLO_MS, 1000.0) if shared else {}
-    latency = benchmark(requests=500 if quick else 5000, seed=seed)
     summary = {
         "sim_slo_s": SLO_MS / 1000,
         "sim_iprof_p90_s": sim["iprof"]["p90"],
@@ -61,19 +65,15 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         if shared
         else None,
         "live_loadavg_before_after": [live["loadavg_before"], live["loadavg_after"]],
-        "iprof_predict_p99_ms": latency["iprof"]["predict"]["p99_ms"],
-        "iprof_update_p99_ms": latency["iprof"]["update"]["p99_ms"],
-        "iprof_update_cpu_p99_ms": latency["iprof"]["update"]["cpu_p99_ms"],
-        "targets": {"sim_p90_s": 0.75, "sim_goal_s": 0.5, "live_p90_fraction": 0.25, "latency_p99_ms": 1.0},
+        "targets": {"sim_p90_s": 0.75, "sim_goal_s": 0.5, "live_p90_fraction": 0.25},
         "thesis": {"iprof_p90_s": 0.75, "maui_p90_s": 2.7},
         "quick": quick,
     }
-    table = _markdown(summary, sim, live_stats, live, latency)
+    table = _markdown(summary, sim, live_stats, live)
     details = {
         "sim": {"per_seed": per_seed, "first_14_requests": half, "seed0_records": runs[0]["records"]},
         "live": {**live, "stats": live_stats},
         "live_shared": {**shared, "stats": shared_stats} if shared else None,
-        "latency": latency,
     }
     modes = {
         "simulation (SLO 3 s)": (runs[0]["records"], SLO_MS),
@@ -92,7 +92,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     )
 
 
-def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, latency: dict) -> str:
+def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict) -> str:
     def f(x: float | None, digits: int = 3) -> str:
         return "n/a" if x is None else f"{x:.{digits}f}"
 
@@ -133,17 +133,7 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, latency: dict
             f"{[round(x, 2) for x in raw['loadavg_after']]}, "
             f"setups {raw['setups']}.",
             "",
-            "Latency per request (ms; wall p99 on a shared, loaded 2-core machine, and thread-CPU p99):",
-            "",
-            "| profiler | predict p50 | predict p99 | update p50 | update p99 | update CPU p99 |",
-            "|---|---|---|---|---|---|",
-            *[
-                f"| {n} | {f(latency[n]['predict']['p50_ms'], 4)} | "
-                f"{f(latency[n]['predict']['p99_ms'], 4)} | "
-                f"{f(latency[n]['update']['p50_ms'], 4)} | {f(latency[n]['update']['p99_ms'], 4)} | "
-                f"{f(latency[n]['update']['cpu_p99_ms'], 4)} |"
-                for n in ("iprof", "maui")
-            ],
+            LATENCY_NOTE,
             "",
             SETUP_NOTES,
         ]
