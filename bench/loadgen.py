@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 import httpx
 import numpy as np
 
-from client._transport import encode_multipart
+from client._transport import META_HEADER, encode_push
 
 
 class Barrier:
@@ -58,8 +58,8 @@ async def device_loop(
     counts = [0] * classes
     counts[index % classes] = 10
     meta = {"label_counts": counts, "loss": 1.0, "compute_time_ms": 50.0, "energy": 0.001, "batch_size": 10}
-    # encoded once, as the device client does per task (client.encode_multipart), not by httpx per push
-    content_type, push_body = encode_multipart(meta, np.frombuffer(gradient, "<f4"))
+    # encoded once with the device client's own encoder (a raw body, the meta in a header)
+    push_headers, push_body = encode_push(meta, np.frombuffer(gradient, "<f4"))
     body = {"label_counts": counts, "features": {"total_memory": 4e9, "available_memory": 1e9}}
     await clock["barrier"].wait()  # enrollment is not timed: every device starts together
     while "deadline" not in clock:  # the barrier's action sets it
@@ -82,11 +82,11 @@ async def device_loop(
         pushed = await client.post(
             f"/v1/tasks/{task['task_id']}/result",
             content=push_body,
-            headers={**headers, "Content-Type": content_type},
+            headers={**headers, **push_headers},
         )
         out["push_ms"].append((time.perf_counter() - started) * 1e3)
         if pushed.status_code == 200:
-            out["push_bytes"].append(len(push_body))
+            out["push_bytes"].append(len(push_body) + len(push_headers[META_HEADER]))
         else:
             out["failed"].append(pushed.status_code)
 

@@ -20,7 +20,16 @@ from models.manifest import Manifest
 
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 
-__all__ = ["DEFAULT_TIMEOUT", "ApiClient", "Enrollment", "PushResult", "TaskGrant", "encode_multipart"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "META_HEADER",
+    "ApiClient",
+    "Enrollment",
+    "PushResult",
+    "TaskGrant",
+    "encode_multipart",
+    "encode_push",
+]
 
 logger = logging.getLogger("fleet.client")
 
@@ -169,14 +178,12 @@ class ApiClient:
         return TaskGrant.from_json(_json(self._request("POST", "/v1/tasks", json=body)))
 
     def push_result(self, task_id: str, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
-        """Send one task's gradient (multipart ``meta`` + ``gradient``); safe to retry with the same body."""
-        return self.push_encoded(task_id, *encode_multipart(meta, gradient))
+        """Send one task's gradient (raw body, meta in a header); safe to retry with the same body."""
+        return self.push_encoded(task_id, *encode_push(meta, gradient))
 
-    def push_encoded(self, task_id: str, content_type: str, body: bytes) -> PushResult:
-        """Send an already encoded result, so retries send byte-identical bodies."""
-        response = self._request(
-            "POST", f"/v1/tasks/{task_id}/result", content=body, headers={"Content-Type": content_type}
-        )
+    def push_encoded(self, task_id: str, headers: dict[str, str], body: bytes) -> PushResult:
+        """Send an already encoded result, so retries send byte-identical requests."""
+        response = self._request("POST", f"/v1/tasks/{task_id}/result", content=body, headers=headers)
         data = _json(response)
         try:
             return PushResult(
@@ -266,10 +273,26 @@ class ApiClient:
 WIRE_DTYPES = {"float32": "<f4", "float16": "<f2"}
 
 
+META_HEADER = "Fleet-Meta"
+
+
+def encode_push(
+    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
+) -> tuple[dict[str, str], bytes]:
+    """``(headers, body)`` of a result push: the gradient's raw bytes (<f4 or <f2) as the body and the
+    meta as compact JSON in the ``Fleet-Meta`` header, so neither side builds or parses multipart."""
+    if encoding != "float32":
+        meta = {**meta, "encoding": encoding}
+    meta_json = json.dumps(meta, allow_nan=False, separators=(",", ":"))
+    body = np.ascontiguousarray(gradient, dtype=WIRE_DTYPES[encoding]).tobytes()
+    return {"Content-Type": "application/octet-stream", META_HEADER: meta_json}, body
+
+
 def encode_multipart(
     meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
 ) -> tuple[str, bytes]:
-    """``(content_type, body)`` of a result push: parts ``meta`` (JSON) and ``gradient`` (<f4 or <f2)."""
+    """``(content_type, body)`` of a result push in the multipart form the server also accepts: parts
+    ``meta`` (JSON) and ``gradient`` (<f4 or <f2), for clients that only speak HTML forms."""
     if encoding != "float32":
         meta = {**meta, "encoding": encoding}
     meta_bytes = json.dumps(meta, allow_nan=False).encode()

@@ -23,7 +23,7 @@ from ._energy import EnergyMeter, EnergyModel, default_energy_meter
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
 from ._onnx_session import GradientComputer, GradientSession
-from ._transport import ApiClient, PushResult, TaskGrant, encode_multipart
+from ._transport import ApiClient, PushResult, TaskGrant, encode_push
 
 __all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "run_worker"]
 
@@ -188,17 +188,17 @@ class Worker:
         start = time.perf_counter()
         loss, gradient = session.loss_and_gradient(params, x, y)
         cpu_seconds = time.process_time() - cpu_start
-        slept = 0.0
+        busy = cpu_seconds
         if self.config.min_ms_per_sample:
-            remaining = grant.batch_size * self.config.min_ms_per_sample / 1000.0 - (
-                time.perf_counter() - start
-            )
+            floor = grant.batch_size * self.config.min_ms_per_sample / 1000.0
+            remaining = floor - (time.perf_counter() - start)
             if remaining > 0:
                 time.sleep(remaining)
-                slept = remaining
+            # the emulated slower phone computes for the whole stretched time: charge at least the floor
+            # as CPU time (also when a loaded machine already took longer than the floor in wall time)
+            busy = max(cpu_seconds + max(remaining, 0.0), floor)
         compute_time_ms = (time.perf_counter() - start) * 1000.0
-        # An emulated slower phone would have been computing during the sleep: charge it as CPU time.
-        reading = self.energy.end(mark, cpu_seconds + slept)
+        reading = self.energy.end(mark, busy)
 
         if gradient.shape != (manifest.num_params,):
             raise WorkerError(f"gradient has shape {gradient.shape}, expected ({manifest.num_params},)")
@@ -271,10 +271,10 @@ class Worker:
         return manifest, session
 
     def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
-        content_type, body = encode_multipart(meta, gradient, self.config.wire_encoding)
+        headers, body = encode_push(meta, gradient, self.config.wire_encoding)
         for attempt in range(1, max(1, self.config.push_attempts) + 1):
             try:
-                return self.api.push_encoded(grant.task_id, content_type, body)
+                return self.api.push_encoded(grant.task_id, headers, body)
             except TransportError:
                 expired = grant.lease_deadline is not None and time.time() >= grant.lease_deadline
                 if attempt >= self.config.push_attempts or expired:

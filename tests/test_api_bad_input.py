@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -116,6 +117,21 @@ def test_malformed_multipart_is_refused(api, granted):
     not_multipart = api.http.post(f"/v1/tasks/{task['task_id']}/result", headers=headers, json={})
     assert not_multipart.status_code == 415
     assert stored_state(api) == before
+
+
+def test_raw_push_needs_valid_meta_header(api, granted):
+    headers, task = granted
+    before = stored_state(api)
+    url = f"/v1/tasks/{task['task_id']}/result"
+    raw = {**headers, "Content-Type": "application/octet-stream"}
+    body = np.zeros(n_params(api), "<f4").tobytes()
+    assert_refused(api, api.http.post(url, headers=raw, content=body), 422, "Fleet-Meta header is missing")
+    bad = api.http.post(url, headers={**raw, "Fleet-Meta": "{not json"}, content=body)
+    assert_refused(api, bad, 422, "not valid JSON")
+    assert stored_state(api) == before
+    meta = {"label_counts": [1] * 10, "loss": 1.0, "compute_time_ms": 5.0, "energy": None, "batch_size": 10}
+    good = api.http.post(url, headers={**raw, "Fleet-Meta": json.dumps(meta)}, content=body)
+    assert good.status_code == 200, good.text
 
 
 def test_oversized_body_is_refused(api, granted):

@@ -30,7 +30,7 @@ from client import (
 )
 from client._energy import BatteryMeter, EnergyModel, sysfs_battery
 from client._features import FEATURE_KEYS, PsutilFeatures
-from client._transport import ApiClient, encode_multipart
+from client._transport import META_HEADER, ApiClient, encode_multipart, encode_push
 from models.manifest import BUILTIN_DIR, Manifest, ParamSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,19 +224,16 @@ class FakeServer:
         )  # fmt: skip
 
     def push(self, task_id: str, request: httpx.Request) -> httpx.Response:
-        parts = parse_multipart(request.headers["Content-Type"], request.content)
-        assert set(parts) == {"meta", "gradient"}
-        assert parts["meta"][0]["Content-Type"] == "application/json"
-        assert parts["gradient"][0]["Content-Type"] == "application/octet-stream"
-        meta = json.loads(parts["meta"][1])
+        assert request.headers["Content-Type"] == "application/octet-stream"
+        meta = json.loads(request.headers[META_HEADER])
         assert set(meta) == {"label_counts", "loss", "compute_time_ms", "energy", "batch_size"}
         assert meta["batch_size"] == self.batch_size == sum(meta["label_counts"])
         assert len(meta["label_counts"]) == self.manifest.num_classes
         assert meta["compute_time_ms"] > 0 and math.isfinite(meta["loss"])
         assert meta["energy"] is None or meta["energy"] >= 0
-        if len(parts["gradient"][1]) != 4 * self.manifest.num_params:
+        if len(request.content) != 4 * self.manifest.num_params:
             return httpx.Response(422, json={"detail": "wrong gradient length"})
-        gradient = np.frombuffer(parts["gradient"][1], dtype="<f4")
+        gradient = np.frombuffer(request.content, dtype="<f4")
         assert np.isfinite(gradient).all()
         self.bodies.append(request.content)
         self.pushes.append({"task_id": task_id, "meta": meta, "gradient": gradient})
@@ -476,6 +473,19 @@ def test_multipart_body_has_exactly_the_two_parts():
     assert np.array_equal(np.frombuffer(parts["gradient"][1], "<f4"), gradient)
     with pytest.raises(ValueError):
         encode_multipart({**meta, "loss": float("nan")}, gradient)
+
+
+def test_raw_push_carries_the_gradient_bytes_and_the_meta_header():
+    gradient = np.array([1.5, -2.0, np.float32(1e-30), 0.0], np.float32)
+    meta = {"label_counts": [1, 3], "loss": 0.5, "compute_time_ms": 12.0, "energy": None, "batch_size": 4}
+    headers, body = encode_push(meta, gradient)
+    assert headers["Content-Type"] == "application/octet-stream"
+    assert json.loads(headers[META_HEADER]) == meta and headers[META_HEADER].isascii()
+    assert np.array_equal(np.frombuffer(body, "<f4"), gradient)
+    headers, body = encode_push(meta, gradient, "float16")
+    assert json.loads(headers[META_HEADER])["encoding"] == "float16" and len(body) == 2 * gradient.size
+    with pytest.raises(ValueError):
+        encode_push({**meta, "loss": float("nan")}, gradient)
 
 
 def test_multipart_body_parses_with_starlette():

@@ -1,4 +1,4 @@
-"""Learning tasks: ask for one, push its gradient back (multipart: JSON meta + float32 body)."""
+"""Learning tasks: ask for one, push its gradient back (raw float32/float16 body + JSON meta header)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,35 @@ async def durable(ticket: Ticket | None, timeout: float = 60.0) -> None:
         raise ticket.error
 
 
+async def _read_push(request: Request) -> tuple[bytes, bytes]:
+    """(meta JSON, gradient bytes) of a push: a raw body with the meta in the ``Fleet-Meta`` header (what
+    the device client sends: nothing to parse), or multipart/form-data with parts ``meta`` + ``gradient``."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("application/octet-stream"):
+        meta = request.headers.get("fleet-meta")
+        if meta is None:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the Fleet-Meta header is missing")
+        return meta.encode("latin-1"), await request.body()
+    if not content_type.startswith("multipart/form-data"):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            "send application/octet-stream with a Fleet-Meta header, "
+            "or multipart/form-data (meta + gradient)",
+        )
+    try:
+        form = await request.form(max_files=2, max_fields=2, max_part_size=request.app.state.max_body_bytes)
+    except Exception as exc:  # malformed multipart: the parser's own message is the useful part
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"
+        ) from exc
+    try:
+        return await _part_bytes(form.get("meta"), "meta"), await _part_bytes(
+            form.get("gradient"), "gradient"
+        )
+    finally:
+        await form.close()
+
+
 async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
     if value is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"multipart part {name!r} is missing")
@@ -93,21 +122,7 @@ async def push_result(
 ) -> PushOut:
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
-    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        raise HTTPException(
-            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send multipart/form-data (meta + gradient)"
-        )
-    try:
-        form = await request.form(max_files=2, max_fields=2, max_part_size=request.app.state.max_body_bytes)
-    except Exception as exc:  # malformed multipart: the parser's own message is the useful part
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"
-        ) from exc
-    try:
-        meta_bytes = await _part_bytes(form.get("meta"), "meta")
-        gradient_bytes = await _part_bytes(form.get("gradient"), "gradient")
-    finally:
-        await form.close()
+    meta_bytes, gradient_bytes = await _read_push(request)
     try:
         meta = ResultMeta.model_validate(json.loads(meta_bytes))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
