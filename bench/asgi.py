@@ -2,7 +2,7 @@
 
 Many virtual devices run request → pull → push cycles concurrently on one event loop against the app
 (SQLite file, durable group commit), so the cost measured is routing, dependencies, validation,
-multipart parsing, the core and the journal — everything `fleet serve` does except uvicorn's HTTP
+the core and the journal — everything `fleet serve` does except uvicorn's HTTP
 parsing and the kernel's sockets. Reported as process CPU µs per cycle, which a loaded machine
 distorts far less than wall-clock throughput.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-BOUNDARY = "fleetbenchboundary"
+from client._transport import encode_push
 
 
 async def call(
@@ -63,20 +63,6 @@ async def call(
     return status, b"".join(chunks)
 
 
-def multipart(meta: bytes, gradient: bytes) -> bytes:
-    return b"".join(
-        [
-            f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="meta"\r\n'.encode(),
-            b"Content-Type: application/json\r\n\r\n",
-            meta,
-            f'\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="gradient"; filename="g"\r\n'.encode(),
-            b"Content-Type: application/octet-stream\r\n\r\n",
-            gradient,
-            f"\r\n--{BOUNDARY}--\r\n".encode(),
-        ]
-    )
-
-
 async def _device(app: Any, index: int, key: str, cycles: int) -> None:
     status, out = await call(
         app,
@@ -92,13 +78,11 @@ async def _device(app: Any, index: int, key: str, cycles: int) -> None:
     counts = [0] * active["num_classes"]
     counts[index % len(counts)] = 10
     rng = np.random.default_rng(index)
-    gradient = (rng.standard_normal(active["num_params"]) * 1e-4).astype("<f4").tobytes()
-    meta = json.dumps(
-        {"label_counts": counts, "loss": 1.0, "compute_time_ms": 50.0, "energy": 0.001, "batch_size": 10}
-    ).encode()
+    gradient = (rng.standard_normal(active["num_params"]) * 1e-4).astype("<f4")
+    meta = {"label_counts": counts, "loss": 1.0, "compute_time_ms": 50.0, "energy": 0.001, "batch_size": 10}
     ask = json.dumps({"label_counts": counts, "features": {"total_memory": 4e9, "available_memory": 1e9}})
-    push = multipart(meta, gradient)
-    push_headers = {**auth, "content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+    raw_headers, push = encode_push(meta, gradient)  # what the device client sends
+    push_headers = {**auth, **raw_headers}
     for _ in range(cycles):
         status, out = await call(
             app, "POST", "/v1/tasks", ask.encode(), {**auth, "content-type": "application/json"}
