@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.profiler_live import run_live
+from experiments.profiler_live import run_live_pair
 from experiments.profiler_notes import SETUP_NOTES
-from experiments.profiler_report import deviation_stats, live_breakdown, write_outputs
+from experiments.profiler_report import deviation_stats, write_outputs
 from experiments.profiler_sim import simulate
 
 SLO, LIVE_SLO = 0.075, 0.003  # % battery per task
@@ -27,14 +27,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     runs = simulate(kind="energy", slo=SLO, requests_per_device=6 if quick else 28, seeds=seeds)
     per_seed = [deviation_stats(r["records"], "energy", SLO, 1.0) for r in runs]
     sim = per_seed[0]
-    live = run_live(kind="energy", slo=LIVE_SLO, quick=quick, seed=seed)
-    live_stats = deviation_stats(live["records"], "energy", LIVE_SLO, 1.0)
-    shared = (
-        None
-        if quick
-        else run_live(kind="energy", slo=LIVE_SLO, quick=False, seed=seed, exclusive_cores=False)
-    )
-    shared_stats = deviation_stats(shared["records"], "energy", LIVE_SLO, 1.0) if shared else {}
+    live = run_live_pair("energy", LIVE_SLO, 1.0, quick=quick, seed=seed, label=f"SLO {LIVE_SLO}%")
     summary = {
         "sim_slo_percent": SLO,
         "sim_iprof_p90_percent": sim["iprof"]["p90"],
@@ -45,39 +38,20 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         "sim_maui_p90_percent_mean": float(np.mean([s["maui"]["p90"] for s in per_seed])),
         "sim_tasks_per_profiler": sim["iprof"]["tasks"],
         "live_slo_percent": LIVE_SLO,
-        "live_iprof_p90_fraction": live_stats.get("iprof", {}).get("p90_fraction_of_slo"),
-        "live_maui_p90_fraction": live_stats.get("maui", {}).get("p90_fraction_of_slo"),
-        "live_tasks_per_profiler": {k: v["tasks"] for k, v in live_stats.items()},
-        "live_breakdown": live_breakdown(live["records"], "energy", LIVE_SLO),
-        "live_shared_iprof_p90_fraction": shared_stats.get("iprof", {}).get("p90_fraction_of_slo"),
-        "live_shared_maui_p90_fraction": shared_stats.get("maui", {}).get("p90_fraction_of_slo"),
-        "live_shared_tasks_per_profiler": {k: v["tasks"] for k, v in shared_stats.items()},
-        "live_shared_loadavg_before_after": [shared["loadavg_before"], shared["loadavg_after"]]
-        if shared
-        else None,
-        "live_loadavg_before_after": [live["loadavg_before"], live["loadavg_after"]],
+        **live["summary"],
         "targets": {"sim_p90_percent": 0.01, "live_p90_fraction": 0.01 / 0.075},
         "thesis": {"iprof_p90_percent": 0.01, "maui_p90_percent": 0.19},
         "quick": quick,
     }
-    modes = {
-        "simulation (SLO 0.075%)": (runs[0]["records"], SLO),
-        "live, one worker per core at a time (SLO 0.003%)": (live["records"], LIVE_SLO),
-    }
-    if shared:
-        modes["live, workers sharing cores (SLO 0.003%)"] = (shared["records"], LIVE_SLO)
+    modes = {"simulation (SLO 0.075%)": (runs[0]["records"], SLO), **live["modes"]}
     return write_outputs(
         name="profiler-energy" + ("-quick" if quick else ""),
         kind="energy",
         out_dir=out_dir,
         modes=modes,
         summary=summary,
-        details={
-            "sim": {"per_seed": per_seed, "seed0_records": runs[0]["records"]},
-            "live": {**live, "stats": live_stats},
-            "live_shared": {**shared, "stats": shared_stats} if shared else None,
-        },
-        table=_markdown(summary, sim, live),
+        details={"sim": {"per_seed": per_seed, "seed0_records": runs[0]["records"]}, **live["details"]},
+        table=_markdown(summary, sim, live["live"]),
     )
 
 

@@ -198,3 +198,37 @@ def run_live(
             "exclusive_cores": exclusive_cores,
             "api_overview": overview,
         }
+
+
+def run_live_pair(
+    kind: str, slo: float, scale: float, *, quick: bool, seed: int, label: str
+) -> dict[str, Any]:
+    """Both live set-ups, one worker per core at a time and (full runs) workers sharing cores: their
+    deviation stats, the summary keys they add, their plot panels and their raw records."""
+    from experiments.profiler_report import deviation_stats, live_breakdown
+
+    live = run_live(kind=kind, slo=slo, quick=quick, seed=seed)
+    stats = deviation_stats(live["records"], kind, slo, scale)
+    shared = None if quick else run_live(kind=kind, slo=slo, quick=False, seed=seed, exclusive_cores=False)
+    shared_stats = deviation_stats(shared["records"], kind, slo, scale) if shared else {}
+    summary = {
+        "live_iprof_p90_fraction": stats.get("iprof", {}).get("p90_fraction_of_slo"),
+        "live_maui_p90_fraction": stats.get("maui", {}).get("p90_fraction_of_slo"),
+        "live_tasks_per_profiler": {k: v["tasks"] for k, v in stats.items()},
+        "live_breakdown": live_breakdown(live["records"], kind, slo),
+        "live_shared_iprof_p90_fraction": shared_stats.get("iprof", {}).get("p90_fraction_of_slo"),
+        "live_shared_maui_p90_fraction": shared_stats.get("maui", {}).get("p90_fraction_of_slo"),
+        "live_shared_tasks_per_profiler": {k: v["tasks"] for k, v in shared_stats.items()},
+        "live_shared_loadavg_before_after": [shared["loadavg_before"], shared["loadavg_after"]]
+        if shared
+        else None,
+        "live_loadavg_before_after": [live["loadavg_before"], live["loadavg_after"]],
+    }
+    modes = {f"live, one worker per core at a time ({label})": (live["records"], slo)}
+    if shared:
+        modes[f"live, workers sharing cores ({label})"] = (shared["records"], slo)
+    details = {
+        "live": {**live, "stats": stats},
+        "live_shared": {**shared, "stats": shared_stats} if shared else None,
+    }
+    return {"live": live, "stats": stats, "summary": summary, "modes": modes, "details": details}

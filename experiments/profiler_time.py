@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments.profiler_live import run_live
+from experiments.profiler_live import run_live_pair
 from experiments.profiler_notes import SETUP_NOTES
-from experiments.profiler_report import deviation_stats, live_breakdown, write_outputs
+from experiments.profiler_report import deviation_stats, write_outputs
 from experiments.profiler_sim import simulate
 
 SLO_MS, LIVE_SLO_MS = 3000.0, 500.0
@@ -35,14 +35,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     half = [
         deviation_stats([x for x in r["records"] if x["request"] < 14], "time", SLO_MS, 1000.0) for r in runs
     ]
-    live = run_live(kind="time", slo=LIVE_SLO_MS, quick=quick, seed=seed)
-    live_stats = deviation_stats(live["records"], "time", LIVE_SLO_MS, 1000.0)
-    shared = (
-        None
-        if quick
-        else run_live(kind="time", slo=LIVE_SLO_MS, quick=False, seed=seed, exclusive_cores=False)
-    )
-    shared_stats = deviation_stats(shared["records"], "time", LIVE_SLO_MS, 1000.0) if shared else {}
+    live = run_live_pair("time", LIVE_SLO_MS, 1000.0, quick=quick, seed=seed, label="SLO 0.5 s")
     summary = {
         "sim_slo_s": SLO_MS / 1000,
         "sim_iprof_p90_s": sim["iprof"]["p90"],
@@ -54,33 +47,17 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         "sim_iprof_p90_s_140_tasks_mean": float(np.mean([s["iprof"]["p90"] for s in half])),
         "sim_tasks_per_profiler": sim["iprof"]["tasks"],
         "live_slo_s": LIVE_SLO_MS / 1000,
-        "live_iprof_p90_fraction": live_stats.get("iprof", {}).get("p90_fraction_of_slo"),
-        "live_maui_p90_fraction": live_stats.get("maui", {}).get("p90_fraction_of_slo"),
-        "live_tasks_per_profiler": {k: v["tasks"] for k, v in live_stats.items()},
-        "live_breakdown": live_breakdown(live["records"], "time", LIVE_SLO_MS),
-        "live_shared_iprof_p90_fraction": shared_stats.get("iprof", {}).get("p90_fraction_of_slo"),
-        "live_shared_maui_p90_fraction": shared_stats.get("maui", {}).get("p90_fraction_of_slo"),
-        "live_shared_tasks_per_profiler": {k: v["tasks"] for k, v in shared_stats.items()},
-        "live_shared_loadavg_before_after": [shared["loadavg_before"], shared["loadavg_after"]]
-        if shared
-        else None,
-        "live_loadavg_before_after": [live["loadavg_before"], live["loadavg_after"]],
+        **live["summary"],
         "targets": {"sim_p90_s": 0.75, "sim_goal_s": 0.5, "live_p90_fraction": 0.25},
         "thesis": {"iprof_p90_s": 0.75, "maui_p90_s": 2.7},
         "quick": quick,
     }
-    table = _markdown(summary, sim, live_stats, live)
+    table = _markdown(summary, sim, live["stats"], live["live"])
     details = {
         "sim": {"per_seed": per_seed, "first_14_requests": half, "seed0_records": runs[0]["records"]},
-        "live": {**live, "stats": live_stats},
-        "live_shared": {**shared, "stats": shared_stats} if shared else None,
+        **live["details"],
     }
-    modes = {
-        "simulation (SLO 3 s)": (runs[0]["records"], SLO_MS),
-        "live, one worker per core at a time (SLO 0.5 s)": (live["records"], LIVE_SLO_MS),
-    }
-    if shared:
-        modes["live, workers sharing cores (SLO 0.5 s)"] = (shared["records"], LIVE_SLO_MS)
+    modes = {"simulation (SLO 3 s)": (runs[0]["records"], SLO_MS), **live["modes"]}
     return write_outputs(
         name="profiler-time" + ("-quick" if quick else ""),
         kind="time",
