@@ -16,3 +16,12 @@ def shared_lr(out_dir: Path) -> tuple[float, str]:
         if not summary.get("quick") and summary.get("shared_lr") is not None:
             return float(summary["shared_lr"]), "staleness.json (DynSGD's tuned rate)"
     return FALLBACK_LR, "fallback (no full staleness run found)"
+
+
+def tuned_lrs(out_dir: Path) -> dict[str, float] | None:
+    """Each strategy's own rate from the full `staleness` tuning (protocol (b)), None without one."""
+    path = out_dir / "staleness.json"
+    if not path.exists():
+        return None
+    summary = json.loads(path.read_text()).get("summary", {})
+    return None if summary.get("quick") else summary.get("tuned_lr")
