@@ -54,7 +54,7 @@ def _torch_reference(
     loss = BUILTINS[m.name].loss(logits, torch.from_numpy(y))
     named = dict(module.named_parameters())
     grads = torch.autograd.grad(loss, [named[p.name] for p in m.params])
-    return float(loss), [g.numpy() for g in grads], logits.detach().numpy()
+    return float(loss.detach()), [g.numpy() for g in grads], logits.detach().numpy()
 
 
 def _train_outputs(bundle: Bundle, x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
