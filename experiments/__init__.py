@@ -27,9 +27,16 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def run_experiment(
-    name: str, *, quick: bool = False, out_dir: Path = RESULTS_DIR, seed: int = 0
+    name: str, *, quick: bool = False, out_dir: Path = RESULTS_DIR, seed: int = 0, fresh: bool = False
 ) -> dict[str, Any]:
-    """Run one registered experiment and return what it wrote to its JSON file."""
+    """Run one registered experiment and return what it wrote to its JSON file.
+
+    Runs are cached under ``out_dir/cache/`` keyed by every parameter and the code version
+    (experiments/cache.py); ``fresh`` ignores what earlier invocations cached."""
+    if fresh:
+        from experiments.cache import start_fresh
+
+        start_fresh()
     try:
         module = importlib.import_module(EXPERIMENTS[name])
     except KeyError:

@@ -9,7 +9,6 @@ functions of their arguments, run in a process pool, and cached as JSON so a lon
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from experiments import cache
 
 LR_GRID = (0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 TUNE_SEED = 1000
@@ -33,7 +34,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd": ("dynsgd", {}),
     "fedavg-async": ("fedavg-async", {}),
     "fedbuff": ("fedbuff", {"k": 1}),
-    "ssgd": ("ssgd", {"k": SSGD_ROUND}),
+    "ssgd": ("ssgd", {}),  # k = Job.ssgd_round
 }
 
 
@@ -58,44 +59,48 @@ class Job:
     similarity_drop: float = 0.0
     max_requests: int | None = None
     stop_recall: float | None = None
+    ssgd_round: int = SSGD_ROUND  # gradients per SSGD step (ssgd only)
 
     def key(self) -> str:
-        tail = f"_lt{self.long_tail[1]}" if self.long_tail else ""
-        return (
-            f"{self.variant}_lr{self.lr}_s{self.seed}_{self.dist}_{self.partition}_c{self.cap}"
-            f"_{int(self.stop_at_target)}{tail}_n{self.devices}"
-        ) + (
-            f"_b{self.batch_std}_p{self.size_drop}_{self.similarity_drop}_r{self.max_requests}_{self.stop_recall}"
-            if (self.batch_std, self.size_drop, self.similarity_drop, self.max_requests, self.stop_recall)
-            != (0.0, 0.0, 0.0, None, None)
-            else ""
-        )
+        """A short readable label (the cache adds a hash of ``spec()``)."""
+        return f"{self.variant}_lr{self.lr}_s{self.seed}_{self.dist}_{self.partition}_c{self.cap}"
+
+    def strategy(self) -> tuple[str, dict[str, Any]]:
+        """The strategy's registered name and every parameter it is built with."""
+        name, params = VARIANTS[self.variant]
+        params = {**params, "learning_rate": self.lr}
+        if name == "ssgd":
+            params["k"] = self.ssgd_round
+        if self.tau_thres is not None and name == "adasgd":
+            params["tau_thres"] = self.tau_thres
+        return name, params
+
+    def spec(self) -> dict[str, Any]:
+        """Everything the run depends on besides the code: every field and the strategy's parameters."""
+        return {"job": asdict(self), "strategy": self.strategy()}
 
 
-def strategy_factory(variant: str, lr: float, tau_thres: float | None = None) -> Callable[[], Any]:
+def strategy_factory(job: Job) -> Callable[[], Any]:
     from server.strategies import make_strategy
 
-    name, params = VARIANTS[variant]
-    params = dict(params)
-    if tau_thres is not None and name == "adasgd":
-        params["tau_thres"] = tau_thres
-    return lambda: make_strategy(name, learning_rate=lr, **params)
+    name, params = job.strategy()
+    return lambda: make_strategy(name, **params)
 
 
-_BENCH: Any = None
+_WORKBENCH: Any = None
 
 
-def _bench() -> Any:
+def workbench() -> Any:
     """One Workbench per worker process (ONNX sessions and data are loaded once)."""
-    global _BENCH
-    if _BENCH is None:
+    global _WORKBENCH
+    if _WORKBENCH is None:
         from models.manifest import builtin
         from sim.controlled import Workbench
         from sim.data import load_mnist
 
         train, test = load_mnist(seed=0)
-        _BENCH = Workbench(builtin("mnist_cnn"), train, test)
-    return _BENCH
+        _WORKBENCH = Workbench(builtin("mnist_cnn"), train, test)
+    return _WORKBENCH
 
 
 def partition(job: Job, labels: np.ndarray) -> list[np.ndarray]:
@@ -115,9 +120,9 @@ def run_job(job: Job) -> dict[str, Any]:
     from sim.controlled import RunConfig, run_controlled
     from sim.staleness import D1, D2
 
-    bench = _bench()
+    bench = workbench()
     config = RunConfig(
-        strategy_factory=strategy_factory(job.variant, job.lr, job.tau_thres),
+        strategy_factory=strategy_factory(job),
         parts=partition(job, bench.train.y),
         seed=job.seed,
         staleness={"D1": D1, "D2": D2}.get(job.dist),
@@ -145,10 +150,10 @@ def run_job(job: Job) -> dict[str, Any]:
 
 @dataclass
 class Runner:
-    """Runs jobs in a pool of ``workers`` processes, caching each result under ``cache``.
+    """Runs jobs in a pool of ``workers`` processes, caching each result (experiments/cache.py).
 
-    A job is any hashable, picklable value with a ``key()``; ``work`` (a module-level function, so
-    the pool can pickle it) turns one into its JSON-able output.
+    A job is any hashable, picklable value with ``key()`` and ``spec()``; ``work`` (a module-level
+    function, so the pool can pickle it) turns one into its JSON-able output.
     """
 
     cache: Path
@@ -157,15 +162,14 @@ class Runner:
     work: Callable[[Any], dict[str, Any]] = run_job
 
     def run(self, jobs: Sequence[Any]) -> dict[Any, dict[str, Any]]:
-        self.cache.mkdir(parents=True, exist_ok=True)
-        done: dict[Job, dict[str, Any]] = {}
+        done: dict[Any, dict[str, Any]] = {}
         todo = []
         for job in dict.fromkeys(jobs):
-            path = self.cache / f"{job.key()}.json"
-            if path.exists():
-                done[job] = json.loads(path.read_text())
-            else:
+            output = cache.load(self.cache, job)
+            if output is None:
                 todo.append(job)
+            else:
+                done[job] = output
         if not todo:
             return done
         from rich.progress import Progress
@@ -180,7 +184,7 @@ class Runner:
                 outputs = pool.map(self.work, todo)
             try:
                 for job, output in zip(todo, outputs, strict=True):
-                    (self.cache / f"{job.key()}.json").write_text(json.dumps(output))
+                    cache.store(self.cache, job, output)
                     done[job] = output
                     bar.advance(task)
             finally:
@@ -189,25 +193,21 @@ class Runner:
         return done
 
 
-def tune_sequence(jobs: Sequence[Job], cache: Path) -> list[dict[str, Any]]:
+def tune_sequence(jobs: Sequence[Job], directory: Path) -> list[dict[str, Any]]:
     """Run one strategy's grid from the largest rate down, each capped at the best updates-to-80% so far.
 
     A smaller rate that has not reached 80% by then cannot win, so the argmin is unchanged; the cut
-    only saves compute. Results are cached like ``Runner``'s.
+    only saves compute. Results are cached like ``Runner``'s (an uncut run stands in for a cut one).
     """
     outputs, best = [], None
     for job in sorted(jobs, key=lambda j: -j.lr):
+        full = job
         if best is not None:
             job = replace(job, cap=min(job.cap, best))
-        path = cache / f"{job.key()}.json"
-        full = cache / f"{replace(job, cap=jobs[0].cap).key()}.json"
-        if full.exists():
-            path = full
-        if path.exists():
-            output = json.loads(path.read_text())
-        else:
+        output = cache.load(directory, full) or cache.load(directory, job)
+        if output is None:
             output = run_job(job)
-            path.write_text(json.dumps(output))
+            cache.store(directory, job, output)
         if output["updates_to_80"] is not None:
             best = output["updates_to_80"] if best is None else min(best, output["updates_to_80"])
         outputs.append(output)
@@ -216,7 +216,6 @@ def tune_sequence(jobs: Sequence[Job], cache: Path) -> list[dict[str, Any]]:
 
 def tune(runner: Runner, grids: dict[str, list[Job]]) -> dict[str, dict[float, dict[str, Any]]]:
     """Tune every strategy's rate (one strategy per worker); returns variant → rate → output."""
-    runner.cache.mkdir(parents=True, exist_ok=True)
     names = list(grids)
     args = [grids[n] for n in names]
     if runner.workers <= 1:
@@ -238,23 +237,3 @@ def score(output: dict[str, Any]) -> tuple[float, float]:
 
 def best_lr(outputs: dict[float, dict[str, Any]]) -> float:
     return min(sorted(outputs), key=lambda lr: score(outputs[lr]))
-
-
-def saving(base: int | None, other: int | None) -> float | None:
-    """Per-seed saving of ``other`` over ``base`` in %, None if either did not reach 80%."""
-    if base is None or other is None:
-        return None
-    return 100.0 * (base - other) / base
-
-
-def median_range(values: Sequence[float | None]) -> dict[str, Any]:
-    """Median and range of the values that exist, and how many did not."""
-    present = [float(v) for v in values if v is not None]
-    if not present:
-        return {"median": None, "min": None, "max": None, "missing": len(values)}
-    return {
-        "median": float(np.median(present)),
-        "min": min(present),
-        "max": max(present),
-        "missing": len(values) - len(present),
-    }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import protocol as p
+from experiments import stats
 from experiments.report import figure, fmt, save_figure, write_json, write_markdown
 from experiments.shared_lr import shared_lr
 
@@ -51,12 +52,12 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
             {
                 "kind": kind,
                 "p": drop,
-                "fraction_dropped": p.median_range([o["rejected"] / o["requests"] for o in outs]),
-                "accuracy": p.median_range([o["accuracy"][-1] for o in outs]),
-                "accuracy_loss_points": p.median_range(
+                "fraction_dropped": stats.median_range([o["rejected"] / o["requests"] for o in outs]),
+                "accuracy": stats.median_range([o["accuracy"][-1] for o in outs]),
+                "accuracy_loss_points": stats.median_range(
                     [100 * (b - o["accuracy"][-1]) for b, o in zip(base, outs, strict=True)]
                 ),
-                "updates": p.median_range([o["updates"][-1] for o in outs]),
+                "updates": stats.median_range([o["updates"][-1] for o in outs]),
             }
         )
     summary = {

@@ -57,8 +57,13 @@ def save_figure(fig: Any, out_dir: Path, name: str) -> Path:
 
 
 def fmt(stats: dict[str, Any], digits: int = 0) -> str:
-    """'median (min–max)' plus how many seeds did not reach the target."""
+    """'median (min–max)' and how many seeds were censored at the cap (experiments/stats.py): a median
+    that censored runs make a lower bound reads '≥ …', a derived value with censored seeds '~ …'."""
     if stats.get("median") is None:
-        return f"not reached ({stats.get('missing', '?')})"
-    text = f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}–{stats['max']:.{digits}f})"
-    return text + (f", {stats['missing']} not reached" if stats.get("missing") else "")
+        return "—"
+    mark = stats.get("median_mark", "")
+    text = f"{mark + ' ' if mark else ''}{stats['median']:.{digits}f}"
+    text += f" ({stats['min']:.{digits}f}–{stats['max']:.{digits}f})"
+    if stats.get("censored"):
+        text += f", {stats['censored']} of {len(stats['per_seed'])} censored"
+    return text

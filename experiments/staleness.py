@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import protocol as p
+from experiments import stats
 from experiments.report import figure, fmt, save_figure, write_json, write_markdown
 
 MAIN = ("adasgd", "dynsgd", "fedavg-async", "ssgd")
@@ -21,19 +22,37 @@ THESIS = {"D1": 14.4, "D2": 18.4}
 
 def plan(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"grid": (0.2,), "seeds": (1,), "dists": ("D2",), "cap": 100, "extra": (), "workers": 1}
-    return {"grid": p.LR_GRID, "seeds": p.SEEDS, "dists": ("D1", "D2"), "cap": 3000, "extra": EXTRA}
+        return {
+            "grid": (0.2,),
+            "seeds": (1,),
+            "dists": ("D2",),
+            "cap": 100,
+            "extra": (),
+            "workers": 1,
+            "round": 5,
+        }
+    return {
+        "grid": p.LR_GRID,
+        "seeds": p.SEEDS,
+        "dists": ("D1", "D2"),
+        "cap": 3000,
+        "extra": EXTRA,
+        "round": p.SSGD_ROUND,
+    }
 
 
-def job(variant: str, lr: float, seed: int, dist: str, partition: str, cap: int, quick: bool) -> p.Job:
+def job(
+    variant: str, lr: float, seed: int, dist: str, partition: str, cfg: dict[str, Any], quick: bool
+) -> p.Job:
     return p.Job(
         variant,
         lr,
         seed,
         "none" if variant == "ssgd" else dist,
         partition,
-        cap,
+        cfg["cap"],
         stop_at_target=not quick,
+        ssgd_round=cfg["round"],
     )
 
 
@@ -50,8 +69,6 @@ def run(
     if dists is not None:
         cfg["dists"] = dists
     runner = p.Runner(out_dir / "cache" / name, **({"workers": cfg["workers"]} if "workers" in cfg else {}))
-    if quick:
-        p.VARIANTS["ssgd"] = ("ssgd", {"k": 5})
     variants = (*MAIN, *cfg["extra"])
     tuning: dict[str, dict[float, dict[str, Any]]] = {}
     lrs: dict[str, float] = {}
@@ -61,8 +78,7 @@ def run(
             continue
         if len(cfg["grid"]) > 1:
             grids = {
-                v: [job(v, lr, p.TUNE_SEED, "D2", partition, cfg["cap"], quick) for lr in cfg["grid"]]
-                for v in group
+                v: [job(v, lr, p.TUNE_SEED, "D2", partition, cfg, quick) for lr in cfg["grid"]] for v in group
             }
             tuning.update(p.tune(runner, grids))
         for v in group:
@@ -71,7 +87,7 @@ def run(
         for d in cfg["dists"]:  # one chunk per table, written as soon as it is complete
             for proto in ("a", "b"):
                 runs = [
-                    job(v, shared if proto == "a" else lrs[v], s, d, partition, cfg["cap"], quick)
+                    job(v, shared if proto == "a" else lrs[v], s, d, partition, cfg, quick)
                     for s in cfg["seeds"]
                     for v in group
                     if proto == "b" or v in MAIN
@@ -111,10 +127,10 @@ def summarise(
                 per_seed[v] = [f["updates_to_80"] for f in found]
                 rows[v] = {
                     "lr": lr,
-                    "updates_to_80": p.median_range(per_seed[v]),
+                    "updates_to_80": stats.censored_range(per_seed[v], cfg["cap"]),
                     "per_seed": per_seed[v],
                     "status": [f["status"] for f in found],
-                    "gradients": p.median_range([f["gradients"] for f in found]),
+                    "gradients": stats.median_range([f["gradients"] for f in found]),
                     "final_accuracy": [f["accuracy"][-1] for f in found],
                 }
                 series[f"{dist}/{proto}/{v}"] = {
@@ -122,8 +138,9 @@ def summarise(
                     "accuracy": found[0]["accuracy"],
                 }
             for v in [x for x in rows if x.startswith("adasgd")]:
-                savings = [p.saving(b, o) for b, o in zip(per_seed["dynsgd"], per_seed[v], strict=True)]
-                rows[v]["saving_over_dynsgd_pct"] = {**p.median_range(savings), "per_seed": savings}
+                rows[v]["saving_over_dynsgd_pct"] = stats.paired(
+                    per_seed["dynsgd"], per_seed[v], cfg["cap"], cfg["cap"], stats.saving
+                )
             tables[f"{dist}/{proto}"] = rows
     summary = {
         "tables": tables,
@@ -133,7 +150,8 @@ def summarise(
         "seeds": list(cfg["seeds"]),
         "partition": partition,
         "quick": quick,
-        "ssgd_round": p.VARIANTS["ssgd"][1]["k"],
+        "ssgd_round": cfg["round"],
+        "cap": cfg["cap"],
         "adasgd_variants": {v: p.VARIANTS[v][1] for v in variants if v.startswith("adasgd")},
     }
     tuning_out = {
@@ -173,10 +191,13 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         f"# {name}: updates to 80% test accuracy ({summary['partition']} MNIST, 100 devices × 40 digits)",
         "",
         f"Seeds {summary['seeds']} (paired), batch 100 with replacement, K = 1, τ clipped to [0, 60], "
-        f"eval every 20 updates, cap 3,000. SSGD: rounds of {summary['ssgd_round']} gradients (τ = 0). "
+        f"eval every 20 updates, cap {summary['cap']:,} updates. "
+        f"SSGD: rounds of {summary['ssgd_round']} gradients (τ = 0). "
         f"Learning rates tuned on seed {p.TUNE_SEED} with D2 over {list(p.LR_GRID)}: {summary['tuned_lr']}. "
         f"Protocol (a) shared rate = DynSGD's best = {summary['shared_lr']}. AdaSGD variants: "
-        f"{summary['adasgd_variants']}. Cells: median (min–max) over seeds; runs stop at 80%"
+        f"{summary['adasgd_variants']}. Cells: median (min–max) over seeds; runs stop at 80%; a run that "
+        "does not reach 80% within the cap counts as the cap (censored; a median marked ≥ is a lower bound, "
+        "a saving with censored seeds is uncertain)"
         + (" (quick mode: no tuning, small cap)." if summary["quick"] else "."),
         "",
     ]

@@ -126,14 +126,18 @@ def experiment(
     quick: Annotated[bool, typer.Option(help="small, fast version (used by tests)")] = False,
     out: Path | None = None,
     seed: int = 0,
+    fresh: Annotated[bool, typer.Option(help="ignore runs cached by earlier invocations")] = False,
 ) -> None:
-    """Reproduce a figure or table: writes PNG + JSON + markdown under docs/results/."""
+    """Reproduce a figure or table: writes PNG + JSON + markdown under docs/results/.
+
+    Runs are cached under docs/results/cache/ (not committed), keyed by every parameter and a hash of
+    the code, so an interrupted experiment resumes; --fresh recomputes every run."""
     from experiments import EXPERIMENTS, RESULTS_DIR, run_experiment
 
     if name == "list":
         typer.echo("\n".join(sorted(EXPERIMENTS)) or "no experiments registered")
         return
-    result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed)
+    result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed, fresh=fresh)
     typer.echo(result.get("summary", {}))
 
 

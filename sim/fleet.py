@@ -47,6 +47,8 @@ class FleetResult:
     joined: int = 0
     seconds_gradient: float = 0.0
     seconds_total: float = 0.0
+    end_time: float = 0.0  # virtual time and model version when the run stopped (where a miss is censored)
+    end_updates: int = 0
 
     def first_time_at(self, threshold: float) -> tuple[float, int, int] | None:
         """(virtual seconds, updates, gradients computed) at the first evaluation ≥ threshold."""
@@ -171,6 +173,7 @@ class FleetSimulator:
             if target is not None and self.result.accuracy[-1] >= target:
                 break
         self.result.seconds_total = time.perf_counter() - started - self.eval_time
+        self.result.end_time, self.result.end_updates = self.queue.now, self.core.run.version
         return self.result
 
     def describe(self) -> dict[str, Any]:
