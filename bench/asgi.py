@@ -99,6 +99,11 @@ async def _device(app: Any, index: int, key: str, cycles: int) -> None:
 
 def asgi_us(model: str, *, devices: int = 50, cycles: int = 10) -> float:
     """Process CPU µs per request → pull → push cycle through the app, ``devices`` at a time."""
+    return asgi_run(model, devices=devices, cycles=cycles)["cpu_us_per_cycle"]
+
+
+def asgi_run(model: str, *, devices: int = 50, cycles: int = 10) -> dict[str, float]:
+    """``asgi_us``'s measurement and the model version it left (one update per push: K = 1)."""
     from server.api.app import create_app
     from server.settings import Settings
 
@@ -114,12 +119,13 @@ def asgi_us(model: str, *, devices: int = 50, cycles: int = 10) -> float:
         )
         app = create_app(settings)
 
-        async def main() -> float:
+        async def main() -> tuple[float, int]:
             async with app.router.lifespan_context(app):
                 await asyncio.gather(*(_device(app, i, "bench-enrollment", 1) for i in range(devices)))
                 started = time.process_time()
                 await asyncio.gather(*(_device(app, i, "bench-enrollment", cycles) for i in range(devices)))
-                return time.process_time() - started
+                seconds = time.process_time() - started
+                return seconds, app.state.coordinator.stats()["version"]
 
-        seconds = asyncio.run(main())
-        return seconds / (devices * cycles) * 1e6
+        seconds, version = asyncio.run(main())
+        return {"cpu_us_per_cycle": seconds / (devices * cycles) * 1e6, "version": version}

@@ -1,7 +1,8 @@
 """Simulator overhead: the share of a simulated run not spent computing gradients, and µs per event.
 
 A fleet of 1,000 and of 10,000 virtual devices (non-IID MNIST shards, AdaSGD, real ONNX gradients)
-runs for a fixed number of gradients without evaluation; enrolling the fleet is not timed.
+runs for a fixed number of events (20,000: sessions, requests and pushes) without evaluation; enrolling
+the fleet is not timed.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from typing import Any
 import numpy as np
 
 TARGET = 0.20
+EVENTS = 20_000
 
 
-def measure(devices: int, gradients: int) -> dict[str, Any]:
+def measure(devices: int, events: int) -> dict[str, Any]:
     from experiments import protocol
     from server.strategies import make_strategy
     from sim.fleet import FleetSimulator
 
-    bench = protocol._bench()
+    bench = protocol.workbench()
     order = np.argsort(bench.train.y, kind="stable")
     shards = np.array_split(order, 200)
 
@@ -34,7 +36,7 @@ def measure(devices: int, gradients: int) -> dict[str, Any]:
         seed=1,
         evaluate=False,
     )
-    result = sim.run(max_gradients=gradients, target=math.inf)
+    result = sim.run(max_events=events, target=math.inf)
     outside = result.seconds_total - result.seconds_gradient
     return {
         "devices": devices,
@@ -49,7 +51,7 @@ def measure(devices: int, gradients: int) -> dict[str, Any]:
 
 
 def run(*, quick: bool = False) -> dict[str, Any]:
-    rows = [measure(devices, 60 if quick else 400) for devices in (1_000, 10_000)]
+    rows = [measure(devices, 300 if quick else EVENTS) for devices in (1_000, 10_000)]
     for row in rows:
         print(
             f"simulator {row['devices']:6d} devices: overhead {row['overhead share']:.1%} "

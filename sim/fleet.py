@@ -153,9 +153,14 @@ class FleetSimulator:
         self.queue.schedule(now + self.timing.gap(self.rng), ("online", i))
 
     def run(
-        self, *, until: float = math.inf, max_gradients: int | None = None, target: float | None = None
+        self,
+        *,
+        until: float = math.inf,
+        max_gradients: int | None = None,
+        max_events: int | None = None,
+        target: float | None = None,
     ) -> FleetResult:
-        """Process events until the virtual deadline, a gradient budget, or the target accuracy."""
+        """Process events until the virtual deadline, a gradient or event budget, or the target accuracy."""
         started = time.perf_counter()
         self._evaluate()
         while self.queue and self.queue._heap[0][0] <= until:
@@ -169,6 +174,8 @@ class FleetSimulator:
             else:
                 self._push(i, event[2], event[3])
             if max_gradients is not None and self.result.gradients >= max_gradients:
+                break
+            if max_events is not None and self.queue.popped >= max_events:
                 break
             if target is not None and self.result.accuracy[-1] >= target:
                 break

@@ -24,7 +24,12 @@ def test_wire_and_gradient_benchmarks_write_the_table(tmp_path):
         if row["encoding"] == "float16":
             assert row["pull bytes/task"] < 0.55 * twin["pull bytes/task"]
     gradient = results["benchmarks"]["gradient"]["table"]
-    assert all(r["onnxruntime_ms"] > 0 and r["torch_ms"] > 0 for r in gradient)
+    assert {(r["model"], r["threads"]) for r in gradient} == {
+        (m, t) for m in ("mnist_cnn", "mlp") for t in (1, 2)
+    }
+    for row in gradient:  # the two timed computations compute the same gradient at the same point
+        assert row["max |Δ gradient|"] < 1e-5
+        assert row["ratio"] == pytest.approx(row["onnxruntime_ms"] / row["torch_ms"], rel=0.01)
     assert json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"].keys() == {
         "wire",
         "gradient",
@@ -39,7 +44,15 @@ def test_client_dependencies_do_not_include_torch():
 
 
 def test_asgi_layer_runs_real_cycles_through_the_app():
-    """bench.asgi drives the real app (it raises if a task or push is refused) and reports CPU per cycle."""
-    from bench.asgi import asgi_us
+    """bench.asgi drives the real app: every push of the warm-up and timed cycles is applied (K = 1)."""
+    from bench.asgi import asgi_run
 
-    assert asgi_us("mnist_cnn", devices=3, cycles=2) > 0
+    run = asgi_run("mnist_cnn", devices=3, cycles=2)
+    assert run["version"] == 3 * (1 + 2)
+
+
+def test_simulator_benchmark_runs_the_asked_number_of_events():
+    from bench.simulator import measure
+
+    row = measure(1_000, 300)
+    assert row["events"] == 300 and row["gradients"] > 0
