@@ -122,7 +122,12 @@ def demo(
 
 @app.command()
 def experiment(
-    name: Annotated[str, typer.Argument(help="experiment name (fleet experiment list)")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="experiment name (fleet experiment list), or 'report' to regenerate README's table"
+        ),
+    ],
     quick: Annotated[bool, typer.Option(help="small, fast version (used by tests)")] = False,
     out: Path | None = None,
     seed: int = 0,
@@ -136,6 +141,11 @@ def experiment(
 
     if name == "list":
         typer.echo("\n".join(sorted(EXPERIMENTS)) or "no experiments registered")
+        return
+    if name == "report":  # README's results table, from the results' JSON
+        from experiments.results_table import update_readme
+
+        typer.echo(update_readme(Path(__file__).resolve().parent.parent / "README.md", out or RESULTS_DIR))
         return
     result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed, fresh=fresh)
     typer.echo(result.get("summary", {}))

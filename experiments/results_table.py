@@ -1,0 +1,226 @@
+"""README's "Results at a glance", generated from the results' JSON: every claim, flattering or not.
+
+`fleet experiment report` rewrites the block between the two markers in README.md; a test checks that
+the committed README matches what the committed results say. Each row reads one summary and states
+the comparison as measured (censored runs marked as in the tables), the thesis figure or target, and
+the file with the ranges, settings and command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from experiments.report import fmt
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+Row = tuple[str, str, str, str]  # claim, measured, thesis / target, file
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _link(name: str) -> str:
+    return f"[{name}](docs/results/{name})"
+
+
+def _cell(table: dict[str, Any], variant: str, field: str, digits: int = 0) -> str:
+    row = table.get(variant)
+    return fmt(row[field], digits) if row and field in row else "—"
+
+
+def staleness_rows(results: Path, name: str = "staleness", label: str = "non-IID") -> Iterator[Row]:
+    data = _load(results, name)
+    if data is None:
+        return
+    s = data["summary"]
+    dists = [d for d in ("D1", "D2") if f"{d}/a" in s["tables"]]
+    thesis = " / ".join(str(s["thesis_saving_pct"][d]) for d in dists)
+    for proto, how in (("b", "each strategy at its tuned rate"), ("a", f"shared rate {s['shared_lr']}")):
+        cells = " / ".join(
+            _cell(s["tables"][f"{d}/{proto}"], "adasgd", "saving_over_dynsgd_pct", 1) for d in dists
+        )
+        yield (
+            f"AdaSGD's saving in updates to 80% vs DynSGD, {label} MNIST, {' / '.join(dists)}, {how} (%)",
+            cells,
+            thesis,
+            _link(f"{name}.md"),
+        )
+    for d in dists:
+        t = s["tables"][f"{d}/b"]
+        yield (
+            f"updates to 80%, {label} {d}, each at its tuned rate: AdaSGD / DynSGD / FedAvg-async",
+            " / ".join(_cell(t, v, "updates_to_80") for v in ("adasgd", "dynsgd", "fedavg-async")),
+            "AdaSGD fewest",
+            _link(f"{name}.md"),
+        )
+    statuses = [r for d in dists for r in s["tables"][f"{d}/a"].get("fedavg-async", {}).get("status", [])]
+    if statuses:
+        yield (
+            f"FedAvg-async at the shared rate {s['shared_lr']}, {label}",
+            f"reaches 80% in {statuses.count('reached')} of {len(statuses)} runs",
+            "fails",
+            _link(f"{name}.md"),
+        )
+
+
+def long_tail_rows(results: Path) -> Iterator[Row]:
+    data = _load(results, "long-tail")
+    if data is None:
+        return
+    protocols = data["summary"]["protocols"]
+    yield (
+        "long tail: AdaSGD / DynSGD updates until class-0 recall ≥ 50%, (b) tuned rates / (a) shared rate",
+        " / ".join(fmt(protocols[p]["ratio_adasgd_over_dynsgd"], 2) for p in ("b", "a") if p in protocols),
+        "≤ 0.5",
+        _link("long-tail.md"),
+    )
+
+
+def async_rows(results: Path) -> Iterator[Row]:
+    data = _load(results, "async-vs-sync")
+    if data is None:
+        return
+    s = data["summary"]
+    for arm in ("ssgd-wait-all", "ssgd-production", "fedbuff"):
+        cells = [fmt(s["tables"][p]["time_over_adasgd"][arm], 2) for p in ("b", "a") if p in s["tables"]]
+        yield (
+            f"virtual time to 80%, {arm} / AdaSGD, {s['devices']} devices with a 7.2x speed spread, "
+            "(b) tuned rates / (a) shared rate",
+            " / ".join(cells),
+            "≥ 3 (SSGD waiting for all)" if arm == "ssgd-wait-all" else "> 1",
+            _link("async-vs-sync.md"),
+        )
+
+
+def pruning_rows(results: Path) -> Iterator[Row]:
+    data = _load(results, "pruning")
+    if data is None:
+        return
+    rows = {(r["kind"], r["p"]): r for r in data["summary"]["rows"]}
+    for key, claim, thesis in (
+        (("size", 0.392), "dropping the 39% smallest batches: accuracy points lost", "< 2.2"),
+        (("similarity", 0.17), "dropping the 17% most similar requests: accuracy points lost", "4.8"),
+    ):
+        if key in rows:
+            yield claim, fmt(rows[key]["accuracy_loss_points"], 1), thesis, _link("pruning.md")
+
+
+def _num(value: Any, digits: int = 3, unit: str = "") -> str:
+    return "—" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def profiler_rows(results: Path) -> Iterator[Row]:
+    time_ = _load(results, "profiler-time")
+    if time_ is not None:
+        s = time_["summary"]
+        yield (
+            "I-Prof (MAUI) p90 |t − 3 s|, simulation, test phones",
+            f"{_num(s.get('sim_iprof_p90_s_mean'), 2, ' s')} ({_num(s.get('sim_maui_p90_s_mean'), 2, ' s')})",
+            "≤ 0.75 s (2.7 s)",
+            _link("profiler-time.md"),
+        )
+        if s.get("sim_iprof_over_slo_share") is not None:
+            yield (
+                "share of tasks over the time SLO, simulation: I-Prof (MAUI)",
+                f"{s['sim_iprof_over_slo_share']:.0%} ({s['sim_maui_over_slo_share']:.0%})",
+                "low",
+                _link("profiler-time.md"),
+            )
+        for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
+            if s.get(f"{key}_iprof_p90_fraction") is not None:
+                yield (
+                    f"I-Prof (MAUI) p90 |t − SLO| / SLO, live, {label}",
+                    f"{s[f'{key}_iprof_p90_fraction']:.2f} ({s[f'{key}_maui_p90_fraction']:.2f})",
+                    "≤ 0.25 (thesis: I-Prof below MAUI)",
+                    _link("profiler-time.md"),
+                )
+    energy = _load(results, "profiler-energy")
+    if energy is not None:
+        s = energy["summary"]
+        yield (
+            "I-Prof (MAUI) p90 energy deviation, simulation",
+            f"{_num(s.get('sim_iprof_p90_percent_mean'), 3, '%')} "
+            f"({_num(s.get('sim_maui_p90_percent_mean'), 3, '%')})",
+            "≤ 0.01% (0.19%)",
+            _link("profiler-energy.md"),
+        )
+
+
+def performance_rows(results: Path) -> Iterator[Row]:
+    data = _load(results, "performance")
+    if data is None:
+        return
+    benchmarks = data["benchmarks"]
+    throughput = benchmarks.get("throughput", {}).get("table", [])
+    at200 = {r["model"]: r for r in throughput if r["devices"] == 200}
+    if at200:
+        yield (
+            "durable pushes/s over HTTP, CNN / MLP, 200 devices (push p99 ms)",
+            " / ".join(
+                f"{at200[m]['pushes/s']} ({at200[m]['push p50/p99 ms'].split('/')[-1].strip()})"
+                for m in at200
+            ),
+            "500 / 200 (p99 ≤ 100)",
+            _link("performance.md"),
+        )
+    gradient = benchmarks.get("gradient", {}).get("table", [])
+    if gradient:
+        yield (
+            "onnxruntime / torch gradient time, CNN / MLP at 1 thread",
+            " / ".join(f"{r['ratio']:.2f}" for r in gradient if r["threads"] == 1),
+            " / ".join(r["target"] for r in gradient if r["threads"] == 1),
+            _link("performance.md"),
+        )
+
+
+def wire_rows(results: Path) -> Iterator[Row]:
+    data = _load(results, "wire-float16")
+    if data is None:
+        return
+    s = data["summary"]
+    yield (
+        "float16 on the wire: accuracy points lost (mean ± sd over seeds)",
+        f"{s['loss_points_mean']:.2f} ± {s['loss_points_std']:.2f}",
+        "< 0.5",
+        _link("wire-float16.md"),
+    )
+
+
+SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
+    staleness_rows,
+    lambda r: staleness_rows(r, "iid", "IID"),
+    long_tail_rows,
+    async_rows,
+    pruning_rows,
+    profiler_rows,
+    performance_rows,
+    wire_rows,
+)
+
+
+def table(results: Path) -> str:
+    """The markdown table of every row the results in ``results`` support."""
+    lines = ["| claim | measured | thesis / target | file |", "|---|---|---|---|"]
+    for section in SECTIONS:
+        lines += [
+            f"| {claim} | {measured} | {target} | {file} |"
+            for claim, measured, target, file in section(results)
+        ]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, results: Path) -> str:
+    """Rewrite the block between the markers in ``readme``; returns the table written."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme} has no {START} … {END} block")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    block = table(results)
+    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+    return block

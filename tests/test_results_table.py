@@ -1,0 +1,27 @@
+"""README's results table is generated from the committed results, and shows every comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.results_table import END, START, table, update_readme
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_readme_table_is_what_the_results_say():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(START, 1)[1].split(END, 1)[0].strip()
+    assert block == table(ROOT / "docs" / "results"), "run `fleet experiment report` after new results"
+
+
+def test_update_rewrites_only_the_block(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{START}\nold | table\n{END}\nafter\n")
+    written = update_readme(readme, ROOT / "docs" / "results")
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n") and text.endswith(f"{END}\nafter\n")
+    assert "old | table" not in text and written in text
+    # every row has its four cells (a '|' inside a cell is escaped)
+    for line in written.splitlines():
+        assert line.replace("\\|", "").count("|") == 5
