@@ -1,35 +1,71 @@
-# `make demo` and `make test` work on a fresh machine: they create .venv and install what they need.
+# `make demo` and `make test` work on a fresh machine: they create .venv and install what they need,
+# at the exact versions pinned in requirements/*.txt (the lock; see docs/dependencies.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test lint serve clean
+# The lock: runtime.txt is what `make demo`/`serve` need (server + client extras); dev.txt adds export + dev
+# (torch 2.13.0 CPU, pytest, ruff). dev.txt is resolved first and runtime.txt is constrained by it, so a
+# package has one version in both.
+RUNTIME_LOCK := requirements/runtime.txt
+DEV_LOCK := requirements/dev.txt
+
+# pip-compile lives in its own venv so that the tool that writes the lock is not part of it.
+LOCK_VENV ?= .venv-lock
+PIP_TOOLS := pip-tools==7.6.2
+COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
+
+.PHONY: demo test test-postgres lint serve lock upgrade-lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: pyproject.toml | $(VENV)/bin/python
-	$(PIP) -e ".[server,client]"
+# Re-installs whenever the lock or pyproject.toml changes. The project itself goes in with --no-deps:
+# every dependency comes from the lock, none from pyproject's ranges.
+$(VENV)/.runtime: $(RUNTIME_LOCK) pyproject.toml | $(VENV)/bin/python
+	$(PIP) -r $(RUNTIME_LOCK)
+	$(PIP) --no-deps -e .
 	touch $@
 
-# torch is pinned: an unpinned torch pulls a multi-GB CUDA build. It is only needed to export models and to test.
-$(VENV)/.dev: pyproject.toml $(VENV)/.runtime
-	$(PIP) "torch==2.13.0" -e ".[server,client,export,dev]"
+# torch is pinned in the lock as 2.13.0+cpu: an unpinned torch pulls a multi-GB CUDA build.
+$(VENV)/.dev: $(DEV_LOCK) pyproject.toml $(VENV)/.runtime
+	$(PIP) -r $(DEV_LOCK)
+	$(PIP) --no-deps -e .
 	touch $@
 
 demo: $(VENV)/.runtime
 	$(PY) -m fleet.cli demo
 
+# The API and end-to-end tests run on SQLite and on PostgreSQL (FLEET_TEST_DATABASE_URL); with CI=true an
+# unreachable PostgreSQL fails the run instead of skipping.
 test: $(VENV)/.dev
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
+
+# Only the PostgreSQL variants (already part of `make test`): quick to rerun after a storage change.
+test-postgres: $(VENV)/.dev
+	$(PY) -m pytest -q -ra -m postgres
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .
 
 serve: $(VENV)/.runtime
 	$(PY) -m fleet.cli serve
+
+$(LOCK_VENV)/bin/pip-compile:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --disable-pip-version-check "$(PIP_TOOLS)"
+
+# Re-resolve after editing pyproject.toml's dependencies, keeping every pin that still fits.
+# Run it with Python 3.11 on linux x86_64: the lock is for that platform.
+lock: $(LOCK_VENV)/bin/pip-compile
+	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev -o $(DEV_LOCK) pyproject.toml
+	$(COMPILE) $(UPGRADE) --extra server --extra client -c $(DEV_LOCK) -o $(RUNTIME_LOCK) pyproject.toml
+
+# Move every pin to the newest release that pyproject.toml allows (then run `make test` and commit the lock).
+upgrade-lock:
+	$(MAKE) lock UPGRADE=--upgrade
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,43 +19,67 @@ ENROLL, ADMIN = "test-enrollment-key", "test-admin-token"
 FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": None, "cpu_freq_sum": 8000.0}
 
 
-def postgres_url() -> str | None:
-    """The PostgreSQL URL for storage tests: required when CI=true, skipped elsewhere if unreachable."""
-    url = os.environ.get("FLEET_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@functools.cache
+def _postgres_problem(url: str) -> str | None:
+    """Why PostgreSQL at ``url`` cannot be used (None if it can); asked once per run."""
     try:
         import psycopg
 
-        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), connect_timeout=3):
-            pass
+        with psycopg.connect(_libpq_url(url), connect_timeout=3):
+            return None
     except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _libpq_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def postgres_url() -> str:
+    """The PostgreSQL server for tests: required when CI=true, skipped elsewhere if unreachable."""
+    url = os.environ.get("FLEET_TEST_DATABASE_URL", DEFAULT_POSTGRES)
+    problem = _postgres_problem(url)
+    if problem is not None:
         if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL unreachable at {url} with CI=true: {exc}")
-        pytest.skip(f"PostgreSQL unreachable at {url} ({exc}); set FLEET_TEST_DATABASE_URL")
+            pytest.fail(f"PostgreSQL unreachable at {url} with CI=true: {problem}")
+        pytest.skip(f"PostgreSQL unreachable at {url} ({problem}); set FLEET_TEST_DATABASE_URL")
     return url
 
 
-def reset_postgres(url: str) -> None:
-    from sqlalchemy import text
+@contextmanager
+def fresh_postgres_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on the server for one test, dropped afterwards.
 
-    from server.store.database import make_engine
+    A database per test (not a shared schema that is reset) keeps tests, and test runs of other
+    checkouts against the same server, from seeing or dropping each other's rows.
+    """
+    import psycopg
+    from sqlalchemy.engine import make_url
 
-    engine = make_engine(url)
-    with engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    engine.dispose()
+    name = f"fleet_test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(_libpq_url(server_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(_libpq_url(server_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path) -> str:
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Each test that uses it runs twice: on a SQLite file and on its own PostgreSQL database."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'fleet.db'}"
-    url = postgres_url()
-    assert url is not None
-    reset_postgres(url)
-    return url
+        yield f"sqlite:///{tmp_path / 'fleet.db'}"
+        return
+    with fresh_postgres_database(postgres_url()) as url:
+        yield url
 
 
-def settings_for(tmp_path, **overrides: Any):
+def settings_for(tmp_path: Path, **overrides: Any):
     from server.settings import Settings
 
     values: dict[str, Any] = {
@@ -119,8 +147,11 @@ class Api:
 
 
 @pytest.fixture
-def make_api(tmp_path) -> Iterator[Any]:
-    """Factory: ``make_api(**settings)`` → an Api over a fresh app (closed at teardown)."""
+def make_api(tmp_path: Path, database_url: str) -> Iterator[Any]:
+    """Factory: ``make_api(**settings)`` → an Api over a fresh app (closed at teardown).
+
+    Every API test runs on SQLite and on PostgreSQL (through ``database_url``).
+    """
     import warnings
 
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -131,7 +162,8 @@ def make_api(tmp_path) -> Iterator[Any]:
     clients = []
 
     def make(**overrides: Any) -> Api:
-        client = TestClient(create_app(settings_for(tmp_path, **overrides)))
+        settings = settings_for(tmp_path, **{"database_url": database_url, **overrides})
+        client = TestClient(create_app(settings))
         client.__enter__()
         clients.append(client)
         return Api(client)

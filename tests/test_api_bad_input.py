@@ -178,17 +178,24 @@ def test_same_body_retry_returns_original_and_different_body_is_409(api, granted
     assert stored_state(api) == after_first
 
 
-@pytest.mark.parametrize("header", [None, "Bearer wrong-token", "Basic abc"])
-def test_missing_or_wrong_token_is_401(api, granted, header):
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        (None, "missing bearer token"),
+        ("Basic abc", "missing bearer token"),  # not a Bearer credential: as if none were sent
+        ("Bearer wrong-token", "unknown device token"),
+    ],
+)
+def test_missing_or_wrong_token_is_401(api, granted, header, words):
+    """401 (not 403: the caller is not authenticated at all) with a Bearer challenge, on push and task."""
     _, task = granted
     before = stored_state(api)
     headers = {"Authorization": header} if header else {}
-    response = api.push(headers, task["task_id"], np.zeros(n_params(api)))
-    assert response.status_code in (401, 403), response.text
-    assert api.http.post("/v1/tasks", json={"label_counts": [1] * 10}, headers=headers).status_code in (
-        401,
-        403,
-    )
+    push = api.push(headers, task["task_id"], np.zeros(n_params(api)))
+    request = api.http.post("/v1/tasks", json={"label_counts": [1] * 10}, headers=headers)
+    for response in (push, request):
+        assert_refused(api, response, 401, words)
+        assert response.headers["WWW-Authenticate"] == "Bearer"
     assert stored_state(api) == before
 
 

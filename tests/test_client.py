@@ -601,8 +601,18 @@ def test_run_stops_on_max_tasks_and_stop_event(tiny):
     worker.on_report = lambda report: stop.set()
     assert worker.run(stop).tasks == 1
     server = FakeServer(*tiny, script=[rejection("paused", 100.0)])
-    summary = make_worker(server, max_seconds=0.2).run(threading.Event())
-    assert summary.stop_reason == "max_seconds" and summary.elapsed_s < 5
+    waits: list[float] = []
+
+    class InstantEvent(threading.Event):
+        """Records each wait and returns at once: the check is on what was asked, not on the clock."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout)
+            return super().wait(0)
+
+    summary = make_worker(server, max_seconds=0.2).run(InstantEvent())
+    assert summary.stop_reason == "max_seconds" and summary.elapsed_s >= 0.2
+    assert waits and max(waits) <= 0.2  # the server's 100 s retry_after is capped by max_seconds
 
 
 def test_run_reenrolls_on_401_and_gives_up_on_repeated_errors(tiny):

@@ -10,14 +10,19 @@ from client._energy import EnergyModel
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
-def test_worker_trains_against_the_real_app_until_finished(tmp_path):
+def test_worker_trains_against_the_real_app_until_finished(tmp_path, database_url):
     pytest.importorskip("fastapi")
     app_module = pytest.importorskip("server.api.app")
     settings_module = pytest.importorskip("server.settings")
     from starlette.testclient import TestClient
 
     settings = settings_module.Settings(
-        data_dir=tmp_path, enrollment_key="key", admin_token="admin", max_versions=3, eval_data=None
+        data_dir=tmp_path,
+        database_url=database_url,
+        enrollment_key="key",
+        admin_token="admin",
+        max_versions=3,
+        eval_data=None,
     )
     rng = np.random.default_rng(0)
     data = DeviceData(rng.integers(0, 256, (40, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, 40))

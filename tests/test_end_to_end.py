@@ -1,4 +1,7 @@
-"""Real HTTP end to end: a `fleet serve` process, device workers on loopback, a SIGKILL and a restart."""
+"""Real HTTP end to end: a `fleet serve` process, device workers on loopback, a SIGKILL and a restart.
+
+Each test runs on SQLite and on PostgreSQL (the ``database_url`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import json
 import sqlite3
 import threading
 import time
+from typing import Any
 
 import httpx
 import numpy as np
@@ -41,10 +45,11 @@ def start_workers(url: str, shards, stop: threading.Event, reports: list, **conf
     return workers
 
 
-def test_three_workers_reach_80_percent_over_real_http(tmp_path):
+def test_three_workers_reach_80_percent_over_real_http(tmp_path, database_url):
     shards, test_path = write_shards(tmp_path / "data", devices=3, partition="iid", seed=1)
     server = ServerProcess(
         tmp_path / "server",
+        database_url=database_url,
         eval_data=test_path,
         eval_every_versions=10,
         eval_interval_s=1,
@@ -80,13 +85,26 @@ def test_three_workers_reach_80_percent_over_real_http(tmp_path):
     assert accuracy >= 0.80
 
 
-def stored_snapshot(db) -> tuple[dict[str, str], dict[str, dict], int]:
+def connect_autocommit(database_url: str) -> tuple[Any, str]:
+    """A plain DB-API connection to the server's database and the statement that opens a snapshot."""
+    if database_url.startswith("sqlite"):
+        return sqlite3.connect(database_url.split("///", 1)[1], isolation_level=None), "BEGIN"
+    import psycopg
+
+    url = database_url.replace("postgresql+psycopg://", "postgresql://")
+    return psycopg.connect(url, autocommit=True), "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+
+def stored_snapshot(database_url: str) -> tuple[dict[str, str], dict[str, dict], int]:
     """Applied tasks, profiler states and model version in one read transaction (devices keep pushing)."""
-    conn = sqlite3.connect(db, isolation_level=None)
+    conn, begin = connect_autocommit(database_url)
     try:
-        conn.execute("BEGIN")
+        conn.execute(begin)
         applied = dict(conn.execute("SELECT id, device_model FROM tasks WHERE status = 'applied'"))
-        profiles = {k: json.loads(v) for k, v in conn.execute("SELECT key, state FROM profiler_state")}
+        profiles = {
+            key: state if isinstance(state, dict) else json.loads(state)
+            for key, state in conn.execute("SELECT key, state FROM profiler_state")
+        }
         version = conn.execute("SELECT current_version FROM models WHERE active").fetchone()[0]
         conn.execute("COMMIT")
     finally:
@@ -94,9 +112,9 @@ def stored_snapshot(db) -> tuple[dict[str, str], dict[str, dict], int]:
     return applied, profiles, version
 
 
-def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path):
+def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path, database_url):
     shards, _ = write_shards(tmp_path / "data", devices=3, partition="sorted", seed=2)
-    server = ServerProcess(tmp_path / "server", max_batch=16, time_slo_ms=200)
+    server = ServerProcess(tmp_path / "server", database_url=database_url, max_batch=16, time_slo_ms=200)
     stop, reports = threading.Event(), []
     server.start()
     try:
@@ -109,7 +127,7 @@ def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path):
         tokens = [w.api.token for w in workers]
 
         server.start()
-        applied, profiles, version = stored_snapshot(tmp_path / "server" / "fleet.db")
+        applied, profiles, version = stored_snapshot(database_url)
         assert {r.task_id for r in acknowledged} <= set(applied)
         assert version >= last
         assert version == len(applied)  # K = 1: one version per applied gradient
