@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 
 from ._data import DeviceData, label_counts
 from ._energy import EnergyMeter, EnergyModel, default_energy_meter

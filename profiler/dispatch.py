@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiler.iprof import BatchDecision
 from profiler.maui import MauiProfiler
+from server.core.ports import BatchDecision
 
 __all__ = ["RoundRobinDispatcher", "with_maui_baseline"]
 

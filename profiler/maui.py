@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from profiler.iprof import BatchDecision
+from server.core.ports import BatchDecision
 
 __all__ = ["MauiProfiler"]
 

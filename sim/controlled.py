@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from client import GradientSession
-from models.manifest import Bundle
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.errors import InvalidInput
 from server.core.evaluation import Evaluator

@@ -1,5 +1,5 @@
-"""End-to-end tests start real coordinator processes through fleet.server_process."""
+"""End-to-end tests start real coordinator processes through server.process."""
 
-from fleet.server_process import ADMIN, ENROLL, ServerProcess, free_port
+from server.process import ADMIN, ENROLL, ServerProcess, free_port
 
 __all__ = ["ADMIN", "ENROLL", "ServerProcess", "free_port"]
