@@ -291,7 +291,7 @@ def _write_answers(session: Session, answers: Sequence[PushApplied], *, retentio
     )
 
 
-def _write_one(session: Session, event: Event) -> None:  # noqa: C901 - one branch per event type
+def _write_one(session: Session, event: Event) -> None:
     match event:
         case StatusChanged():
             repo.set_model_fields(session=session, model_id=event.model_id, status=event.status)
