@@ -17,12 +17,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
-from fleet_protocol import Bundle, Manifest
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
@@ -36,33 +36,18 @@ from server.core.events import (
     StateCheckpoint,
     StatusChanged,
     StopCriterionSet,
-    TaskGranted,
 )
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
 from server.core.ports import Profiler, Store
 from server.core.profiles import ProfilerView
+from server.core.run import TrainingRun, granted
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_result
 from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
-
-
-@dataclass
-class TrainingRun:
-    """The active model's in-memory state: the newest parameters and how training should go on."""
-
-    model_id: str
-    manifest: Manifest
-    params: np.ndarray
-    version: int
-    status: str
-    strategy: Strategy
-    stop_accuracy: float | None = None
-    stop_versions: int | None = None
-    latest_accuracy: float | None = None
 
 
 class Coordinator:
@@ -440,20 +425,3 @@ class Coordinator:
                 **self.recent.summary(),
             }
 
-
-def granted(lease: Lease, *, similarity: float | None, at: float) -> TaskGranted:
-    """The event of a lease handed out."""
-    return TaskGranted(
-        task_id=lease.task_id,
-        model_id=lease.model_id,
-        device_id=lease.device_id,
-        device_model=lease.device_model,
-        version=lease.version,
-        batch_size=lease.batch_size,
-        similarity=similarity,
-        features=lease.features,
-        predicted_time_ms=lease.predicted_time_ms,
-        predicted_energy=lease.predicted_energy,
-        created_at=at,
-        deadline=lease.deadline,
-    )
