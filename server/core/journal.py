@@ -132,9 +132,11 @@ class Journal:
 
     def record(self, event: Event) -> Ticket:
         """Queue a write that must stay in order with the pushes; the ticket is released once durable."""
-        return self._append(event, Ticket(done=not self.durable))
+        ticket = Ticket(done=not self.durable)
+        self._append(event, ticket)
+        return ticket
 
-    def _append(self, event: Event, ticket: Ticket | None) -> Ticket:
+    def _append(self, event: Event, ticket: Ticket | None) -> None:
         with self._lock:
             self._appended += 1
             self._queue.append(_Queued(self._appended, event, ticket))
@@ -142,7 +144,6 @@ class Journal:
             self._wake.notify()
         if not self.durable and pending >= self.inline_batch:
             self.flush()
-        return ticket if ticket is not None else Ticket(done=True)
 
     # -- the writer ------------------------------------------------------------------------------
     def _take(self, through: int) -> Batch:
