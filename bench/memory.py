@@ -63,7 +63,7 @@ def installed_mb(names: tuple[str, ...] = CLIENT_DISTRIBUTIONS) -> dict[str, flo
 
 
 def worker_rss(tasks: int) -> dict[str, Any]:
-    from fleet.server_process import ENROLL, ServerProcess
+    from server.process import ENROLL, ServerProcess
     from sim.data import write_shards
 
     with tempfile.TemporaryDirectory() as tmp:

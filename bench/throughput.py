@@ -54,7 +54,7 @@ def math_us(model: str, updates: int) -> float:
 
 def core_us(model: str, updates: int) -> float:
     """µs per task (request + durable submit) through the coordinator core on a SQLite file."""
-    from server.api.app import build_coordinator
+    from server.compose import build_coordinator
     from server.core.types import TaskRequest, TaskResult
     from server.settings import Settings
 
@@ -78,7 +78,7 @@ def core_us(model: str, updates: int) -> float:
 
 
 def http_load(model: str, devices: int, seconds: float) -> dict[str, Any]:
-    from fleet.server_process import ENROLL, ServerProcess
+    from server.process import ENROLL, ServerProcess
 
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), initial_model=model) as server:
         done = subprocess.run(

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 
 __all__ = ["GradientComputer", "GradientSession"]
 

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
-import secrets
 import ssl
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import httpx
 import numpy as np
 
-from models.manifest import Manifest
+from fleet_protocol import (
+    META_HEADER,
+    Manifest,
+    PushOutcome,
+    TaskAsk,
+    TaskGrant,
+    WireError,
+    decode_tensor,
+    encode_multipart,
+    encode_push,
+)
 
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 
@@ -46,50 +54,7 @@ class Enrollment:
     token: str
 
 
-@dataclass(frozen=True)
-class TaskGrant:
-    """A task the server handed out (``201`` of ``POST /v1/tasks``)."""
-
-    task_id: str
-    model_id: str
-    version: int
-    batch_size: int
-    lease_seconds: float | None = None
-    lease_deadline: float | None = None
-    slo_time_ms: float | None = None
-    predicted_time_ms: float | None = None
-    similarity: float | None = None
-    dp: Any = None
-    params_url: str | None = None
-    manifest_url: str | None = None
-    train_graph_url: str | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TaskGrant:
-        known = {f.name for f in fields(cls)}
-        try:
-            values = {k: v for k, v in data.items() if k in known}
-            values.update(
-                task_id=str(data["task_id"]),
-                model_id=str(data["model_id"]),
-                version=int(data["version"]),
-                batch_size=int(data["batch_size"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WorkerError(f"malformed task grant: {exc!r}") from exc
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class PushResult:
-    """The server's answer to a pushed gradient."""
-
-    task_id: str
-    staleness: int
-    weight: float
-    version: int
-    applied: bool
-    duplicate: bool
+PushResult = PushOutcome  # the client's historical name for a push's answer
 
 
 class ApiClient:
@@ -174,8 +139,12 @@ class ApiClient:
         self, *, device_model: str, features: dict[str, float | None], label_counts: list[int]
     ) -> TaskGrant:
         """Ask for a learning task; raises ``Rejected``/``TrainingFinished`` when there is none."""
-        body = {"device_model": device_model, "features": features, "label_counts": label_counts}
-        return TaskGrant.from_json(_json(self._request("POST", "/v1/tasks", json=body)))
+        ask = TaskAsk(label_counts=label_counts, features=features, device_model=device_model)
+        data = _json(self._request("POST", "/v1/tasks", json=asdict(ask)))
+        try:
+            return TaskGrant.from_json(data)
+        except WireError as exc:
+            raise WorkerError(str(exc)) from exc
 
     def push_result(self, task_id: str, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
         """Send one task's gradient (raw body, meta in a header); safe to retry with the same body."""
@@ -184,18 +153,10 @@ class ApiClient:
     def push_encoded(self, task_id: str, headers: dict[str, str], body: bytes) -> PushResult:
         """Send an already encoded result, so retries send byte-identical requests."""
         response = self._request("POST", f"/v1/tasks/{task_id}/result", content=body, headers=headers)
-        data = _json(response)
         try:
-            return PushResult(
-                task_id=str(data.get("task_id", task_id)),
-                staleness=int(data["staleness"]),
-                weight=float(data["weight"]),
-                version=int(data["version"]),
-                applied=bool(data.get("applied", True)),
-                duplicate=bool(data.get("duplicate", False)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise WorkerError(f"malformed push answer: {exc!r}") from exc
+            return PushOutcome.from_json(_json(response), task_id=task_id)
+        except WireError as exc:
+            raise WorkerError(str(exc)) from exc
 
     # --- models --------------------------------------------------------------------------------
 
@@ -242,10 +203,10 @@ class ApiClient:
             return cached[1]
         if response.status_code == 304:
             raise WorkerError("304 for parameters that are not cached", status_code=304)
-        dtype = WIRE_DTYPES[encoding]
-        if len(response.content) % np.dtype(dtype).itemsize:
-            raise WorkerError(f"parameter body of {len(response.content)} bytes is not {encoding}")
-        flat = np.frombuffer(response.content, dtype=dtype).astype(np.float32)
+        try:
+            flat = decode_tensor(response.content, encoding)
+        except WireError as exc:
+            raise WorkerError(f"parameter body: {exc}") from exc
         if num_params is not None and flat.size != num_params:
             raise WorkerError(f"version {version} has {flat.size} parameters, manifest says {num_params}")
         flat.flags.writeable = False
@@ -268,54 +229,6 @@ class ApiClient:
         if response.is_success or response.status_code in ok:
             return response
         raise _error_from(response)
-
-
-WIRE_DTYPES = {"float32": "<f4", "float16": "<f2"}
-
-
-META_HEADER = "Fleet-Meta"
-
-
-def encode_push(
-    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
-) -> tuple[dict[str, str], bytes]:
-    """``(headers, body)`` of a result push: the gradient's raw bytes (<f4 or <f2) as the body and the
-    meta as compact JSON in the ``Fleet-Meta`` header, so neither side builds or parses multipart."""
-    if encoding != "float32":
-        meta = {**meta, "encoding": encoding}
-    meta_json = json.dumps(meta, allow_nan=False, separators=(",", ":"))
-    body = np.ascontiguousarray(gradient, dtype=WIRE_DTYPES[encoding]).tobytes()
-    return {"Content-Type": "application/octet-stream", META_HEADER: meta_json}, body
-
-
-def encode_multipart(
-    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
-) -> tuple[str, bytes]:
-    """``(content_type, body)`` of a result push in the multipart form the server also accepts: parts
-    ``meta`` (JSON) and ``gradient`` (<f4 or <f2), for clients that only speak HTML forms."""
-    if encoding != "float32":
-        meta = {**meta, "encoding": encoding}
-    meta_bytes = json.dumps(meta, allow_nan=False).encode()
-    grad_bytes = np.ascontiguousarray(gradient, dtype=WIRE_DTYPES[encoding]).tobytes()
-    while True:
-        boundary = f"fleet-{secrets.token_hex(16)}"
-        marker = boundary.encode()
-        if marker not in grad_bytes and marker not in meta_bytes:
-            break
-    body = b"".join(
-        [
-            b"--" + marker + b"\r\n",
-            b'Content-Disposition: form-data; name="meta"\r\n',
-            b"Content-Type: application/json\r\n\r\n",
-            meta_bytes,
-            b"\r\n--" + marker + b"\r\n",
-            b'Content-Disposition: form-data; name="gradient"; filename="gradient.bin"\r\n',
-            b"Content-Type: application/octet-stream\r\n\r\n",
-            grad_bytes,
-            b"\r\n--" + marker + b"--\r\n",
-        ]
-    )
-    return f"multipart/form-data; boundary={boundary}", body
 
 
 def _error_from(response: httpx.Response) -> WorkerError:

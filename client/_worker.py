@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 
 from ._data import DeviceData, label_counts
 from ._energy import EnergyMeter, EnergyModel, default_energy_meter
@@ -288,88 +288,94 @@ class Worker:
 
     def run(self, stop_event: threading.Event | None = None) -> RunSummary:
         """Loop over tasks until training finishes, a limit is hit or ``stop_event`` is set."""
-        config = self.config
-        summary = RunSummary()
-        start = time.monotonic()
-        errors_in_row = 0
-        reenrolled = False
-
-        def remaining() -> float:
-            if config.max_seconds is None:
-                return float("inf")
-            return config.max_seconds - (time.monotonic() - start)
-
-        def wait(seconds: float) -> bool:
-            """Sleep (bounded by max_seconds); True if the loop should stop."""
-            seconds = min(seconds, max(0.0, remaining()))
-            if stop_event is not None:
-                return stop_event.wait(seconds)
-            self.sleep(seconds)
-            return False
-
-        while True:
-            if stop_event is not None and stop_event.is_set():
-                summary.stop_reason = "stopped"
-                break
-            if config.max_tasks is not None and summary.tasks >= config.max_tasks:
-                summary.stop_reason = "max_tasks"
-                break
-            if remaining() <= 0:
-                summary.stop_reason = "max_seconds"
-                break
+        loop = _Loop(self, stop_event)
+        while (reason := loop.limit_reached()) is None:
             try:
                 report = self.run_one()
             except TrainingFinished as exc:
                 logger.info("training finished: %s", exc.detail)
-                summary.finished, summary.stop_reason = True, "training_finished"
+                loop.summary.finished, reason = True, "training_finished"
                 break
-            except Rejected as exc:
-                summary.rejections[exc.reason] += 1
-                errors_in_row = 0
-                delay = min(max(exc.retry_after, config.min_retry_after), config.max_retry_after)
-                logger.info("rejected (%s); retrying in %.1f s", exc.reason, delay)
-                if wait(delay):
-                    summary.stop_reason = "stopped"
-                    break
-                continue
-            except TransportError as exc:
-                summary.errors += 1
-                errors_in_row += 1
-                delay = self._backoff(errors_in_row)
-                logger.warning("%s; retrying in %.1f s", exc, delay)
-                if wait(delay):
-                    summary.stop_reason = "stopped"
-                    break
-                continue
             except WorkerError as exc:
-                summary.errors += 1
-                errors_in_row += 1
-                if exc.status_code == 401 and not reenrolled:
-                    logger.warning("token refused; enrolling again")
-                    self.api.token, reenrolled = None, True
-                    continue
-                if (
-                    config.max_consecutive_errors is not None
-                    and errors_in_row >= config.max_consecutive_errors
-                ):
-                    raise
-                delay = self._backoff(errors_in_row)
-                logger.warning("%s; retrying in %.1f s", exc, delay)
-                if wait(delay):
-                    summary.stop_reason = "stopped"
+                delay = loop.on_error(exc)
+                if delay is not None and loop.wait(delay):
+                    reason = "stopped"
                     break
                 continue
-            errors_in_row, reenrolled = 0, False
-            summary.tasks += 1
-            if self.on_report is not None:
-                self.on_report(report)
-        summary.elapsed_s = time.monotonic() - start
-        return summary
+            loop.on_task(report)
+        return loop.finish(reason)
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter: uniform in [d/2, d], d = initial * 2^(attempt-1), capped."""
         delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0 ** max(0, attempt - 1))
         return float(self._jitter.uniform(delay / 2.0, delay))
+
+
+class _Loop:
+    """One ``Worker.run``: its summary, its clock and what it does after each kind of error."""
+
+    def __init__(self, worker: Worker, stop_event: threading.Event | None) -> None:
+        self.worker, self.config, self.stop_event = worker, worker.config, stop_event
+        self.summary = RunSummary()
+        self.start = time.monotonic()
+        self.errors_in_row = 0
+        self.reenrolled = False
+
+    def remaining(self) -> float:
+        if self.config.max_seconds is None:
+            return float("inf")
+        return self.config.max_seconds - (time.monotonic() - self.start)
+
+    def limit_reached(self) -> str | None:
+        """Why the loop stops before the next task, or None to go on."""
+        if self.stop_event is not None and self.stop_event.is_set():
+            return "stopped"
+        if self.config.max_tasks is not None and self.summary.tasks >= self.config.max_tasks:
+            return "max_tasks"
+        if self.remaining() <= 0:
+            return "max_seconds"
+        return None
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep (bounded by max_seconds); True if the loop should stop."""
+        seconds = min(seconds, max(0.0, self.remaining()))
+        if self.stop_event is not None:
+            return self.stop_event.wait(seconds)
+        self.worker.sleep(seconds)
+        return False
+
+    def on_error(self, exc: WorkerError) -> float | None:
+        """The delay before trying again (None: at once), or re-raise when errors keep coming."""
+        if isinstance(exc, Rejected):
+            self.summary.rejections[exc.reason] += 1
+            self.errors_in_row = 0
+            delay = min(max(exc.retry_after, self.config.min_retry_after), self.config.max_retry_after)
+            logger.info("rejected (%s); retrying in %.1f s", exc.reason, delay)
+            return delay
+        self.summary.errors += 1
+        self.errors_in_row += 1
+        if not isinstance(exc, TransportError):
+            if exc.status_code == 401 and not self.reenrolled:
+                logger.warning("token refused; enrolling again")
+                self.worker.api.token, self.reenrolled = None, True
+                return None
+            limit = self.config.max_consecutive_errors
+            if limit is not None and self.errors_in_row >= limit:
+                raise exc
+        delay = self.worker._backoff(self.errors_in_row)
+        logger.warning("%s; retrying in %.1f s", exc, delay)
+        return delay
+
+    def on_task(self, report: TaskReport) -> None:
+        self.errors_in_row, self.reenrolled = 0, False
+        self.summary.tasks += 1
+        if self.worker.on_report is not None:
+            self.worker.on_report(report)
+
+    def finish(self, reason: str | None) -> RunSummary:
+        self.summary.stop_reason = reason or self.summary.stop_reason
+        self.summary.elapsed_s = time.monotonic() - self.start
+        return self.summary
 
 
 def _fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:

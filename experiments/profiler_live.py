@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from experiments.profiler_sim import PA_C, SCALE_FLOOR, Z_CLIP
-from fleet.server_process import ENROLL, ServerProcess
+from server.process import ENROLL, ServerProcess
 from sim.bootstrap import write_bootstrap
 from sim.devices import split_roles
 

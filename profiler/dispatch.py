@@ -4,7 +4,7 @@ Each device model's k-th request is sized by profiler ``k mod n`` (the first by 
 so every device meets every profiler equally often and in the same thermal and load conditions. Every
 measurement is given to all profilers: each learns from the same data, so the comparison is between
 their models, not their amounts of data. The dispatcher serves the coordinator like an ``IProf``
-(``batch_size``/``observe``); persistence and the SLO are the first profiler's (the baselines are
+(it implements the ``Profiler`` port); persistence and the SLO are the first profiler's (the baselines are
 experiment-only and not persisted).
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiler.iprof import BatchDecision
 from profiler.maui import MauiProfiler
+from server.core.ports import BatchDecision, Profiler
 
 __all__ = ["RoundRobinDispatcher", "with_maui_baseline"]
 
@@ -23,7 +23,7 @@ __all__ = ["RoundRobinDispatcher", "with_maui_baseline"]
 class RoundRobinDispatcher:
     """Alternate each device model's requests between ``profilers`` (I-Prof first, then baselines)."""
 
-    def __init__(self, profilers: Sequence[Any], names: Sequence[str] | None = None) -> None:
+    def __init__(self, profilers: Sequence[Profiler], names: Sequence[str] | None = None) -> None:
         self.profilers = list(profilers)
         self.names = list(names) if names is not None else [type(p).__name__ for p in self.profilers]
         self.requests: dict[str, int] = {}
@@ -32,13 +32,25 @@ class RoundRobinDispatcher:
         return f"RoundRobinDispatcher({self.names!r})"
 
     @property
-    def primary(self) -> Any:
+    def primary(self) -> Profiler:
         """The profiler whose state is persisted (the first one)."""
         return self.profilers[0]
 
     @property
     def time_slo_ms(self) -> float:
         return float(self.primary.time_slo_ms)
+
+    @property
+    def energy_slo(self) -> float | None:
+        return self.primary.energy_slo
+
+    @property
+    def min_batch(self) -> int:
+        return int(self.primary.min_batch)
+
+    @property
+    def max_batch(self) -> int:
+        return int(self.primary.max_batch)
 
     def assign(self, device_model: str) -> int:
         """Index of the profiler that sizes this device model's next request (advances its counter)."""

@@ -17,9 +17,8 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -28,22 +27,11 @@ from sklearn.utils.validation import check_is_fitted
 from profiler.features import ENERGY_FEATURES, FEATURES, FeatureRows, as_matrix, row_values
 from profiler.prior import prior_dataset
 from profiler.slope import SlopeRegressor
+from server.core.ports import BatchDecision  # the one decision type, owned by the core's port
 
 __all__ = ["BatchDecision", "IProf"]
 
 STATE_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BatchDecision:
-    """What I-Prof answers for one task request, with the numbers behind it for logs and the console."""
-
-    batch_size: int
-    time_bound: float
-    energy_bound: float | None
-    predicted_time_ms: float
-    predicted_energy: float
-    source: Literal["cold", "personal", "maui"]
 
 
 class IProf(BaseEstimator):

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from profiler.iprof import BatchDecision
+from server.core.ports import BatchDecision
 
 __all__ = ["MauiProfiler"]
 
@@ -145,3 +145,25 @@ class MauiProfiler(BaseEstimator):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         return self.partial_fit(float(batch_size), float(time_ms), energy)
+
+    # ------------------------------------------------------------------ the Profiler port's persistence
+    def device_models(self) -> list[str]:
+        """None: MAUI has one global model and no per-device state."""
+        return []
+
+    def device_state(self, device_model: str) -> dict[str, Any]:
+        return {}
+
+    def load_device_state(self, device_model: str, state: Mapping[str, Any]) -> MauiProfiler:
+        return self
+
+    def cold_state(self) -> dict[str, Any]:
+        """The regression's sufficient statistics."""
+        check_is_fitted(self)
+        keys = ("sum_ll_t_", "sum_lt_", "sum_ll_e_", "sum_le_", "n_observed_")
+        return {k: getattr(self, k) for k in keys}
+
+    def load_cold_state(self, state: Mapping[str, Any]) -> MauiProfiler:
+        for key, value in state.items():
+            setattr(self, key, value)
+        return self

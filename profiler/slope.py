@@ -162,10 +162,6 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         theta = np.asarray(self._theta(device_model))
         return np.maximum(self.y_scale_ * (z @ theta), self.alpha_floor_)
 
-    def has_personal(self, device_model: str) -> bool:
-        """Whether ``device_model`` has a personalised model (else predictions use the cold start)."""
-        return device_model in self.models_
-
     def predict_one(self, values: list[float | None], device_model: str | None) -> tuple[float, bool]:
         """Hot path for one request: (floored α̂, personal?) from raw feature values, no sklearn validation."""
         z = self._standardise_one(values)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from client import GradientSession
-from models.manifest import Bundle
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.errors import InvalidInput
 from server.core.evaluation import Evaluator
@@ -120,7 +120,7 @@ def stream(seed: int, purpose: int) -> np.random.Generator:
     return np.random.default_rng([seed, purpose])
 
 
-def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:
+def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:  # noqa: C901 - split with the experiment changes
     """Train until ``cap`` updates (or the target, or divergence) and return the evaluated curve."""
     started = time.perf_counter()
     clock = VirtualClock()

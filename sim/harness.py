@@ -8,48 +8,49 @@ mini-batch size (or draw it, for the pruning figure) instead of asking I-Prof.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
 
-from models.manifest import Bundle
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
+from server.core.ports import BatchDecision, Profiler
 from server.core.types import TaskRequest
 from server.store.database import migrate, session_factory
+from server.store.sql import SqlStore
 from server.strategies import Strategy
 
 
-@dataclass(frozen=True)
-class SizedBatch:
-    """The profiler's answer, in the shape the coordinator expects."""
-
-    batch_size: int
-    predicted_time_ms: float | None = None
-    predicted_energy: float | None = None
-
-
 class BatchSizer:
-    """Stands in for I-Prof: a fixed mini-batch, or one drawn from N(mean, std) (the pruning figure)."""
+    """Stands in for I-Prof (a ``Profiler``): a fixed mini-batch, or one drawn from N(mean, std) (the
+    pruning figure)."""
 
     time_slo_ms = 1000.0
+    energy_slo = None
 
     def __init__(
         self, *, mean: int = 100, std: float = 0.0, rng: np.random.Generator | None = None, minimum: int = 1
     ) -> None:
         self.mean, self.std, self.minimum = mean, std, minimum
+        self.min_batch, self.max_batch = minimum, max(minimum, mean)
         self.rng = rng or np.random.default_rng(0)
 
-    def batch_size(self, device_model: str, features: Mapping[str, Any]) -> SizedBatch:
+    def __repr__(self) -> str:
+        return f"BatchSizer(mean={self.mean}, std={self.std})"
+
+    def batch_size(self, device_model: str, features: Mapping[str, Any]) -> BatchDecision:
         if self.std <= 0:
-            return SizedBatch(self.mean)
-        return SizedBatch(max(self.minimum, int(round(self.rng.normal(self.mean, self.std)))))
+            return BatchDecision(self.mean)
+        return BatchDecision(max(self.minimum, int(round(self.rng.normal(self.mean, self.std)))))
 
     def observe(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to learn: the size is given."""
+
+    def device_models(self) -> list[str]:
+        return []
 
     def device_state(self, device_model: str) -> dict[str, Any]:
         return {}
@@ -79,7 +80,7 @@ def build_core(
     strategy_factory: Callable[[], Strategy],
     *,
     clock: Callable[[], float],
-    sizer: Any | None = None,
+    sizer: Profiler | None = None,
     admission: AdmissionController | None = None,
     version_policy: Callable[[TaskRequest, int], int] | None = None,
     lease_seconds: float = 1e9,
@@ -89,7 +90,7 @@ def build_core(
     engine = create_engine("sqlite://", connect_args={"check_same_thread": False}, poolclass=StaticPool)
     migrate(engine)
     coordinator = Coordinator(
-        sessions=session_factory(engine),
+        store=SqlStore(session_factory(engine), version_retention=version_retention),
         profiler=sizer or BatchSizer(),
         strategy_factory=strategy_factory,
         admission=admission,

@@ -1,9 +1,9 @@
-"""End-to-end tests start real coordinator processes through fleet.server_process."""
+"""End-to-end tests start real coordinator processes through server.process."""
 
 from __future__ import annotations
 
-from fleet.server_process import ADMIN, ENROLL, free_port
-from fleet.server_process import ServerProcess as _ServerProcess
+from server.process import ADMIN, ENROLL, free_port
+from server.process import ServerProcess as _ServerProcess
 
 __all__ = ["ADMIN", "ENROLL", "ServerProcess", "free_port"]
 

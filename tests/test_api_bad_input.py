@@ -15,7 +15,7 @@ from server.store.tables import MeasurementRow, StrategyRow, TaskRow, VersionRow
 def stored_state(api) -> tuple:
     coordinator = api.coordinator
     coordinator.journal.flush()  # grants are written behind the answer; compare what is stored
-    with coordinator.sessions() as session:
+    with coordinator.store.sessions() as session:
         versions = session.scalar(select(func.count()).select_from(VersionRow))
         answered = session.scalar(
             select(func.count()).select_from(TaskRow).where(TaskRow.status == "applied")

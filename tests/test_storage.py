@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from server.api.app import build_coordinator
+from server.compose import build_coordinator
 from server.core.types import TaskGrant, TaskRequest, TaskResult
 from tests.conftest import FEATURES, settings_for
 
@@ -73,12 +73,12 @@ def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, da
     coordinator.journal.flush()  # the grant is stored; the push's batch is the one that fails
     before = (coordinator.run.version, coordinator.run.params.copy(), coordinator.run.strategy.state_dict())
 
-    from server.store import journal
+    from server.store import sql
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(journal, "write_batch", broken)
+    monkeypatch.setattr(sql, "write_events", broken)
     n = coordinator.run.manifest.num_params
     with pytest.raises(RuntimeError, match="disk full"):
         coordinator.submit(device, grant.task_id, result(n, 0.01, [1] * 10))
@@ -117,6 +117,6 @@ def test_concurrent_pushes_share_commits_and_all_survive(tmp_path, database_url)
     restarted = build_coordinator(settings)  # no flush, no close: only what was committed counts
     assert restarted.run.version == 80
     for task_id in acknowledged:
-        assert restarted.leases.get(task_id).status == "applied"
+        assert restarted.store.lease(task_id).status == "applied"
     np.testing.assert_array_equal(restarted.run.params, coordinator.run.params)
     coordinator.close()

@@ -1,4 +1,4 @@
-"""The app factory: builds the coordinator in ``lifespan`` and only assembles routers."""
+"""The app factory: builds the coordinator (server/compose.py) in ``lifespan`` and only assembles routers."""
 
 from __future__ import annotations
 
@@ -10,16 +10,12 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from models.manifest import builtin
-from profiler import IProf
-from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.api.bodylimit import BodyLimit
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, tasks
 from server.api.routes import profiler as profiler_routes
-from server.core.admission import AdmissionController
-from server.core.coordinator import Coordinator
+from server.compose import build_coordinator
 from server.core.errors import (
     Conflict,
     CoordinatorError,
@@ -32,70 +28,9 @@ from server.core.errors import (
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
 from server.settings import Settings, get_settings
-from server.store.database import make_engine, migrate, session_factory
-from server.strategies import make_strategy
 
 log = logging.getLogger("fleet.server")
 STATUS = {NotFound: 404, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput: 422}
-
-
-def strategy_params(settings: Settings) -> dict[str, object]:
-    common: dict[str, object] = {
-        "learning_rate": settings.learning_rate,
-        "k": settings.k,
-        "time_window": settings.time_window,
-    }
-    if settings.strategy == "adasgd":
-        common.update(
-            percentile=settings.percentile,
-            bootstrap=settings.bootstrap,
-            staleness_cap=settings.staleness_cap,
-            boost_floor=settings.boost_floor,
-            boost_scope=settings.boost_scope,
-            global_counts=settings.global_counts,
-        )
-    if settings.strategy == "ssgd":
-        common.update(over_selection=settings.over_selection)
-    return common
-
-
-def build_profiler(settings: Settings) -> IProf | RoundRobinDispatcher:
-    profiler = IProf(
-        time_slo_ms=settings.time_slo_ms,
-        energy_slo=settings.energy_slo,
-        min_batch=settings.min_batch,
-        max_batch=settings.max_batch,
-        **settings.profiler_params,
-    )
-    if settings.profiler_bootstrap is not None:
-        profiler.load_bootstrap(settings.profiler_bootstrap)
-    else:
-        profiler.fit_prior()
-    if settings.profiler_baseline == "maui":
-        return with_maui_baseline(profiler, settings.profiler_bootstrap)
-    return profiler
-
-
-def build_coordinator(settings: Settings) -> Coordinator:
-    engine = make_engine(settings.resolved_database_url())
-    migrate(engine)
-    coordinator = Coordinator(
-        sessions=session_factory(engine),
-        profiler=build_profiler(settings),
-        strategy_factory=lambda: make_strategy(settings.strategy, **strategy_params(settings)),
-        admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
-        lease_seconds=settings.lease_seconds,
-        max_gradient_norm=settings.max_gradient_norm,
-        version_retention=settings.version_retention,
-    )
-    coordinator.start()
-    if settings.profiler_bootstrap is not None:
-        coordinator.save_cold_profile()
-    if coordinator.run is None and settings.initial_model:
-        coordinator.add_model(builtin(settings.initial_model), actor="startup")
-    if settings.target_accuracy is not None or settings.max_versions is not None:
-        coordinator.set_stop(target_accuracy=settings.target_accuracy, max_versions=settings.max_versions)
-    return coordinator
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -112,8 +47,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 x, y = data["x"], data["y"]
 
             def make_evaluator(model_id: str) -> Evaluator:
-                row = coordinator.catalog.row(model_id)
-                return Evaluator(coordinator.catalog.manifest(model_id), row.infer_onnx, x, y)
+                infer_onnx = coordinator.catalog.graph(model_id, "infer")
+                return Evaluator(coordinator.catalog.manifest(model_id), infer_onnx, x, y)
 
             loop = EvaluationLoop(
                 coordinator,

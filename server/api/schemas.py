@@ -1,4 +1,8 @@
-"""Pydantic shapes of the JSON that crosses the wire (binary tensors never go through these)."""
+"""Pydantic validation of the JSON that devices and admins send (binary tensors never go through these).
+
+The device messages' shapes are the wire contract's (``fleet_protocol``): answers are its dataclasses
+served as they are; the inputs below add the bounds a server must enforce and are checked against the
+contract's fields in tests/test_ports.py."""
 
 from __future__ import annotations
 
@@ -34,28 +38,6 @@ class TaskIn(BaseModel):
     label_counts: list[int] = Field(max_length=10_000)
 
 
-class TaskOut(BaseModel):
-    task_id: str
-    model_id: str
-    version: int
-    batch_size: int
-    lease_seconds: float
-    lease_deadline: float
-    slo_time_ms: float
-    predicted_time_ms: float | None
-    similarity: float | None
-    dp: dict | None = None
-    params_url: str
-    manifest_url: str
-    train_graph_url: str
-
-
-class RejectionOut(BaseModel):
-    detail: str
-    reason: str
-    retry_after: float
-
-
 class ResultMeta(BaseModel):
     """The ``meta`` part of a pushed result."""
 
@@ -66,16 +48,6 @@ class ResultMeta(BaseModel):
     energy: float | None = None
     batch_size: int = Field(ge=1)
     encoding: Literal["float32", "float16"] = "float32"  # of the gradient part
-
-
-class PushOut(BaseModel):
-    task_id: str
-    staleness: int
-    weight: float
-    version: int
-    applied: bool
-    duplicate: bool = False
-    tau_thres: float | None = None
 
 
 class ModelOut(BaseModel):

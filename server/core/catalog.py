@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import re
 import secrets
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy.orm import Session, sessionmaker
 
-from models.manifest import Bundle, Manifest
+from fleet_protocol import Bundle, Manifest
 from server.core.errors import Gone, NotFound
-from server.store import repository as repo
-from server.store.tables import ModelRow
+from server.core.events import ModelAdded
+from server.core.ports import ModelRecord, Store
 
 
 @dataclass(frozen=True)
@@ -30,98 +30,109 @@ class ModelInfo:
     created_at: float
 
 
-def info_of(row: ModelRow) -> ModelInfo:
-    manifest = Manifest.from_json(row.manifest)
+def info_of(record: ModelRecord) -> ModelInfo:
+    manifest = Manifest.from_json(record.manifest_json)
     return ModelInfo(
-        model_id=row.id,
-        name=row.name,
+        model_id=record.model_id,
+        name=record.name,
         num_params=manifest.num_params,
         num_classes=manifest.num_classes,
         input_shape=manifest.input_shape,
-        current_version=row.current_version,
-        active=row.active,
-        status=row.status,
-        created_at=row.created_at,
+        current_version=record.current_version,
+        active=record.active,
+        status=record.status,
+        created_at=record.created_at,
     )
 
 
 class Catalog:
-    """Reads and writes models; caches recently used parameter versions as immutable bytes."""
+    """Reads and adds models through the store; caches recent parameter versions as immutable bytes.
 
-    def __init__(
-        self, *, sessions: sessionmaker[Session], clock: Callable[[], float], cache_size: int = 64
-    ) -> None:
-        self.sessions = sessions
+    The cache is written by the push path (under the coordinator's lock) and read by the API's threads
+    and event loop without it, so it has its own small lock: an OrderedDict is not safe to read while
+    another thread reorders or evicts."""
+
+    def __init__(self, *, store: Store, clock: Callable[[], float], cache_size: int = 64) -> None:
+        self.store = store
         self.clock = clock
         self.cache_size = cache_size
         self._params: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._params_lock = threading.Lock()
         self._manifests: dict[str, Manifest] = {}
 
     def add(self, bundle: Bundle, *, name: str | None = None, actor: str = "admin") -> ModelInfo:
         """Store a model with version 0 = its initial parameters and make it the active one."""
         name = name or bundle.manifest.name
         model_id = re.sub(r"[^a-z0-9_-]+", "-", name.lower()).strip("-")[:40] + "-" + secrets.token_hex(3)
-        now = self.clock()
-        row = ModelRow(
-            id=model_id,
+        event = ModelAdded(
+            model_id=model_id,
             name=name,
-            manifest=bundle.manifest.to_json(),
+            manifest_json=bundle.manifest.to_json(),
             train_onnx=bundle.train_onnx,
             infer_onnx=bundle.infer_onnx,
-            created_at=now,
-            active=True,
-            current_version=0,
-            status="training",
+            init_params=bundle.init_params.astype("<f4").tobytes(),
+            actor=actor,
+            at=self.clock(),
         )
-        with self.sessions.begin() as session:
-            repo.add_model(session=session, row=row, init_params=bundle.init_params.astype("<f4").tobytes())
-            repo.audit(
-                session=session, actor=actor, action="add_model", detail={"model_id": model_id}, now=now
-            )
-        return info_of(row)
+        self.store.commit([event])
+        return info_of(self.record(model_id))
 
     def list(self) -> list[ModelInfo]:
-        with self.sessions() as session:
-            return [info_of(r) for r in repo.list_models(session=session)]
+        return [info_of(r) for r in self.store.models()]
 
-    def row(self, model_id: str) -> ModelRow:
-        with self.sessions() as session:
-            row = repo.get_model(session=session, model_id=model_id)
-        if row is None:
+    def record(self, model_id: str) -> ModelRecord:
+        record = self.store.model(model_id)
+        if record is None:
             raise NotFound(f"no model {model_id!r}")
-        return row
+        return record
 
-    def active_row(self) -> ModelRow | None:
-        with self.sessions() as session:
-            return repo.active_model(session=session)
+    def active(self) -> ModelRecord | None:
+        return self.store.active_model()
+
+    def info(self, model_id: str) -> ModelInfo:
+        return info_of(self.record(model_id))
+
+    def active_info(self) -> ModelInfo:
+        record = self.active()
+        if record is None:
+            raise NotFound("no model is active")
+        return info_of(record)
 
     def manifest(self, model_id: str) -> Manifest:
         if model_id not in self._manifests:
-            self._manifests[model_id] = Manifest.from_json(self.row(model_id).manifest)
+            self._manifests[model_id] = Manifest.from_json(self.record(model_id).manifest_json)
         return self._manifests[model_id]
 
+    def graph(self, model_id: str, which: str) -> bytes:
+        """``train`` or ``infer``: the model's ONNX graph."""
+        if which not in ("train", "infer"):
+            raise NotFound("graphs are train.onnx and infer.onnx")
+        data = self.store.graph(model_id, which)
+        if data is None:
+            raise NotFound(f"no model {model_id!r}")
+        return data
+
     def remember(self, model_id: str, version: int, params: bytes) -> None:
-        self._params[(model_id, version)] = params
-        self._params.move_to_end((model_id, version))
-        while len(self._params) > self.cache_size:
-            self._params.popitem(last=False)
+        with self._params_lock:
+            self._params[(model_id, version)] = params
+            self._params.move_to_end((model_id, version))
+            while len(self._params) > self.cache_size:
+                self._params.popitem(last=False)
 
     def cached_params(self, model_id: str, version: int) -> bytes | None:
         """A version's parameters if they are in memory (recent versions are), else None."""
-        return self._params.get((model_id, version))
+        with self._params_lock:
+            return self._params.get((model_id, version))
 
     def params_bytes(self, model_id: str, version: int) -> bytes:
         """A version's parameters (little-endian float32); Gone once out of the retention window."""
-        cached = self._params.get((model_id, version))
+        cached = self.cached_params(model_id, version)
         if cached is not None:
             return cached
-        with self.sessions() as session:
-            data = repo.get_version(session=session, model_id=model_id, version=version)
-            row = repo.get_model(session=session, model_id=model_id)
-        if row is None:
-            raise NotFound(f"no model {model_id!r}")
+        data = self.store.version_params(model_id, version)
+        record = self.record(model_id)
         if data is None:
-            if 0 <= version <= row.current_version:
+            if 0 <= version <= record.current_version:
                 raise Gone(f"version {version} of {model_id} is past the retention window")
             raise NotFound(f"model {model_id} has no version {version}")
         self.remember(model_id, version, data)
@@ -131,6 +142,5 @@ class Catalog:
         return np.frombuffer(self.params_bytes(model_id, version), dtype="<f4")
 
     def versions(self, model_id: str) -> list[tuple[int, float]]:
-        self.row(model_id)
-        with self.sessions() as session:
-            return repo.list_versions(session=session, model_id=model_id)
+        self.record(model_id)
+        return self.store.versions(model_id)

@@ -1,10 +1,13 @@
 """The coordinator core: hands out learning tasks and applies returned gradients. No HTTP here.
 
 One model trains at a time. A push is applied in memory under one lock, in order, and acknowledged
-only once the journal (server/store/journal.py) has committed it: pushes arriving together share one
+only once the journal (server/core/journal.py) has committed it: pushes arriving together share one
 transaction (group commit), so what a device was told survives a crash without one fsync per push.
-The API, the simulator and the tests all drive this class; the clock is injected (wall time in
-server/, virtual time in sim/, where ``durable=False`` writes in batches and never waits).
+The core depends on two ports (server/core/ports.py): a ``Profiler`` and a ``Store``; every write is
+a domain event (server/core/events.py) handed to the journal or, when nothing waits on push order
+(a new model, an enrollment), to the store directly. The API, the simulator and the tests all drive
+this class; the clock is injected (wall time in server/, virtual time in sim/, where
+``durable=False`` writes in batches and never waits).
 """
 
 from __future__ import annotations
@@ -14,49 +17,45 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
-from sqlalchemy.orm import Session, sessionmaker
 
-from models.manifest import Bundle, Manifest
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
 from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TrainingFinished
+from server.core.events import (
+    CounterBumped,
+    EvaluationRecorded,
+    LeasesExpired,
+    NewVersion,
+    PushApplied,
+    StateCheckpoint,
+    StatusChanged,
+    StopCriterionSet,
+)
 from server.core.figures import RecentFigures
+from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
+from server.core.ports import Profiler, Store
+from server.core.profiles import ProfilerView
+from server.core.run import TrainingRun, granted
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_result
-from server.store import repository as repo
-from server.store.journal import Answer, Journal, State, Ticket
 from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
-
-
-@dataclass
-class TrainingRun:
-    """The active model's in-memory state: the newest parameters and how training should go on."""
-
-    model_id: str
-    manifest: Manifest
-    params: np.ndarray
-    version: int
-    status: str
-    strategy: Strategy
-    stop_accuracy: float | None = None
-    stop_versions: int | None = None
-    latest_accuracy: float | None = None
 
 
 class Coordinator:
     def __init__(
         self,
         *,
-        sessions: sessionmaker[Session],
-        profiler: Any,
+        store: Store,
+        profiler: Profiler,
         strategy_factory: Callable[[], Strategy],
         admission: AdmissionController | None = None,
         clock: Callable[[], float] = time.time,
@@ -67,7 +66,7 @@ class Coordinator:
         version_policy: Callable[[TaskRequest, int], int] | None = None,
         durable: bool = True,
     ) -> None:
-        self.sessions = sessions
+        self.store = store
         self.profiler = profiler
         self.strategy_factory = strategy_factory
         self.admission = admission or AdmissionController()
@@ -79,35 +78,29 @@ class Coordinator:
         # which version a task is computed on (default: the newest); the experiments' staleness
         # controller (sim/staleness.py) hands out older retained versions to impose τ
         self.version_policy = version_policy
-        self.devices = DeviceRegistry(sessions=sessions, clock=clock)
-        self.catalog = Catalog(sessions=sessions, clock=clock)
+        self.devices = DeviceRegistry(store=store, clock=clock)
+        self.catalog = Catalog(store=store, clock=clock)
+        self.profiles = ProfilerView(profiler, store)
         self.run: TrainingRun | None = None
         self.recent = RecentFigures()
         self._lock = threading.RLock()
         self._last_expiry = 0.0
-        self.leases = LeaseBook(sessions=sessions)
+        self.leases = LeaseBook()
         self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
         self._dirty_profiles: set[str] = set()
         self.journal = Journal(
-            sessions=sessions,
-            lock=self._lock,
-            snapshot=self._journal_state,
-            on_failure=self._journal_failed,
-            clock=clock,
-            version_retention=version_retention,
-            durable=durable,
+            store=store, checkpoint=self._checkpoint, on_failure=self._journal_failed, durable=durable
         )
 
     # -- start-up and models -------------------------------------------------------------------
     def start(self) -> None:
         """Load the active model, strategy state and profiler state from storage."""
-        with self.sessions() as session:
-            for key, state in repo.load_profiler_states(session=session).items():
-                self._load_profile(key, state)
-            self.recent.rejections = repo.counters(session=session, prefix="rejected:")
-        row = self.catalog.active_row()
-        if row is not None:
-            self._activate(row.id)
+        for key, state in self.store.profiler_states().items():
+            self._load_profile(key, state)
+        self.recent.rejections = self.store.counters("rejected:")
+        record = self.catalog.active()
+        if record is not None:
+            self._activate(record.model_id)
 
     def _load_profile(self, key: str, state: dict[str, Any] | None) -> None:
         if key == "cold" and state is not None:
@@ -117,16 +110,13 @@ class Coordinator:
 
     def save_cold_profile(self) -> None:
         """Persist the profiler's cold-start model (after a bootstrap dataset was loaded or refitted)."""
-        with self.sessions.begin() as session:
-            repo.save_profiler_state(
-                session=session, key="cold", state=self.profiler.cold_state(), now=self.clock()
-            )
+        cold = {"cold": self.profiler.cold_state()}
+        self.store.commit([StateCheckpoint(profiles=cold, at=self.clock())])
 
     def _activate(self, model_id: str) -> None:
-        row = self.catalog.row(model_id)
+        row = self.catalog.record(model_id)
         strategy = self.strategy_factory()
-        with self.sessions() as session:
-            state = repo.load_strategy_state(session=session, model_id=model_id)
+        state = self.store.strategy_state(model_id)
         if state is not None:
             strategy.load_state_dict(state)
         params = self.catalog.params(model_id, row.current_version).astype(np.float32)
@@ -164,7 +154,7 @@ class Coordinator:
             if run is None:
                 return self._reject("no_model", "no model is training", 30.0)
             if run.status == "finished":
-                return Rejection("training_finished", 300.0, "training finished", finished=True)
+                return Rejection("training_finished", 300.0, "training finished")
             if run.status == "paused":
                 return self._reject("paused", "training is paused", self.retry_after * 5)
             counts = np.asarray(request.label_counts)
@@ -196,10 +186,10 @@ class Coordinator:
                 deadline=now + self.lease_seconds,
             )
             self.leases.add(lease)
-            self.journal.grant(lease.grant_row(similarity=terms.similarity, created_at=now))
+            self.journal.grant(granted(lease, similarity=terms.similarity, at=now))
             if now - self._last_expiry > 30:
                 self.leases.expire(now)
-                self.journal.other(lambda session: repo.expire_tasks(session=session, now=now))
+                self.journal.record(LeasesExpired(before=now))
                 self._last_expiry = now
             self.recent.batch_sizes.append(decision.batch_size)
             return TaskGrant(
@@ -217,7 +207,7 @@ class Coordinator:
 
     def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
         self.recent.rejections[reason] = self.recent.rejections.get(reason, 0) + 1
-        self.journal.other(lambda session: repo.bump_counter(session=session, name=f"rejected:{reason}"))
+        self.journal.record(CounterBumped(f"rejected:{reason}"))
         return Rejection(reason, retry_after, detail)
 
     def submit(self, device: Device, task_id: str, result: TaskResult) -> PushOutcome:
@@ -231,7 +221,10 @@ class Coordinator:
         self, device: Device, task_id: str, result: TaskResult
     ) -> tuple[PushOutcome, Ticket | None]:
         """``submit`` without the wait: the outcome may be told to the device once the ticket is released
-        (an async caller awaits it instead of blocking a thread)."""
+        (an async caller awaits it instead of blocking a thread). A lease that memory does not hold is
+        read from storage first, outside the lock (the async route does it in a thread: ``recall``)."""
+        if not self.knows(task_id):
+            self.recall(task_id)
         with self._lock:
             lease = self.leases.get(task_id)
             if lease is None:
@@ -246,6 +239,17 @@ class Coordinator:
             else:
                 outcome, ticket = self._apply(lease, result)
         return outcome, ticket
+
+    def knows(self, task_id: str) -> bool:
+        """Whether the lease is in memory (no storage read); a dict lookup, safe without the lock."""
+        return self.leases.get(task_id) is not None
+
+    def recall(self, task_id: str) -> None:
+        """Bring a stored lease into memory (after a restart): the storage read happens off the lock."""
+        record = self.store.lease(task_id)
+        if record is not None:
+            with self._lock:
+                self.leases.adopt(record)
 
     def _apply(self, lease: Lease, result: TaskResult) -> tuple[PushOutcome, Ticket]:
         now = self.clock()
@@ -287,11 +291,22 @@ class Coordinator:
             run.params, run.version = new_params, version
             self.catalog.remember(run.model_id, version, stored)
         self.leases.answered(lease, result.digest, outcome.to_dict())
-        ticket = self.journal.answer(
-            Answer(
-                task=lease.answer_row(result.digest, outcome.to_dict(), arrival.staleness, weight, now),
-                measurement=lease.measurement_row(result, now),
-                version=None if stored is None else (run.model_id, version, stored),
+        ticket = self.journal.record(
+            PushApplied(
+                task_id=lease.task_id,
+                device_model=lease.device_model,
+                digest=result.digest,
+                outcome=outcome.to_dict(),
+                staleness=arrival.staleness,
+                weight=weight,
+                batch_size=result.batch_size,
+                compute_time_ms=result.compute_time_ms,
+                predicted_time_ms=lease.predicted_time_ms,
+                energy=result.energy,
+                predicted_energy=lease.predicted_energy,
+                loss=result.loss,
+                at=now,
+                new_version=None if stored is None else NewVersion(run.model_id, version, stored),
             )
         )
         self._durable[lease.task_id] = ticket
@@ -305,21 +320,31 @@ class Coordinator:
             self.recent.timings.append((lease.predicted_time_ms, result.compute_time_ms))
         return outcome, ticket
 
-    def _journal_state(self) -> State:
-        """Called by the journal under the lock: the state that matches exactly the pushes it takes."""
-        run = self.run
-        profiles = {f"device:{m}": self.profiler.device_state(m) for m in self._dirty_profiles}
-        self._dirty_profiles.clear()
-        if run is None:
-            return State(profiles=profiles)
-        return State(model_id=run.model_id, strategy=run.strategy.state_dict(), profiles=profiles)
+    def _checkpoint(self) -> tuple[StateCheckpoint, int]:
+        """For the journal's writer: the state after exactly the events appended so far, and their count.
 
-    def _journal_failed(self, error: BaseException) -> None:
-        """A batch did not commit: memory is ahead of storage, so reload the last durable state."""
+        Events are appended only under this lock, so no push lands between the snapshot and the count
+        (the journal's guarantee, see server/core/journal.py)."""
+        with self._lock:
+            run, now = self.run, self.clock()
+            profiles = {f"device:{m}": self.profiler.device_state(m) for m in self._dirty_profiles}
+            self._dirty_profiles.clear()
+            if run is None:
+                return StateCheckpoint(profiles=profiles, at=now), self.journal.appended
+            state = StateCheckpoint(run.model_id, run.strategy.state_dict(), profiles, at=now)
+            return state, self.journal.appended
+
+    def _journal_failed(self, error: BaseException) -> list[Ticket]:
+        """A batch did not commit: memory is ahead of storage, so drop what is queued and reload the last
+        durable state; returns the dropped events' tickets (they fail too)."""
         log.error("reloading the coordinator from storage after a failed commit: %s", error)
-        self.leases = LeaseBook(sessions=self.sessions)
-        self._durable.clear()
-        self.start()
+        with self._lock:
+            dropped = self.journal.discard()
+            self.leases = LeaseBook()
+            self._durable.clear()
+            self._dirty_profiles.clear()
+            self.start()
+        return dropped
 
     def close(self) -> None:
         """Write what is queued and stop the journal's writer."""
@@ -329,15 +354,8 @@ class Coordinator:
     def _set_status(self, status: str, *, actor: str = "admin") -> Ticket:
         run = self._require_run()
         run.status = status
-        model_id, version, now = run.model_id, run.version, self.clock()
-
-        def write(session: Session) -> None:
-            repo.set_model_fields(session=session, model_id=model_id, status=status)
-            detail = {"model_id": model_id, "version": version}
-            repo.audit(session=session, actor=actor, action=f"status:{status}", detail=detail, now=now)
-
         log.info("model %s is now %s at version %d", run.model_id, status, run.version)
-        return self.journal.other(write)
+        return self.journal.record(StatusChanged(run.model_id, status, run.version, actor, self.clock()))
 
     def _require_run(self) -> TrainingRun:
         if self.run is None:
@@ -361,24 +379,11 @@ class Coordinator:
         with self._lock:
             run = self._require_run()
             run.stop_accuracy, run.stop_versions = target_accuracy, max_versions
-            with self.sessions.begin() as session:
-                repo.set_model_fields(
-                    session=session,
-                    model_id=run.model_id,
-                    stop_accuracy=target_accuracy,
-                    stop_versions=max_versions,
-                )
-                repo.audit(
-                    session=session,
-                    actor="admin",
-                    action="stop_criterion",
-                    detail={"target_accuracy": target_accuracy, "max_versions": max_versions},
-                    now=self.clock(),
-                )
-            ticket = None
+            event = StopCriterionSet(run.model_id, target_accuracy, max_versions, "admin", self.clock())
+            tickets = [self.journal.record(event)]
             if max_versions is not None and run.version >= max_versions and run.status != "finished":
-                ticket = self._set_status("finished", actor="criterion")
-        if ticket is not None:
+                tickets.append(self._set_status("finished", actor="criterion"))
+        for ticket in tickets:
             ticket.wait()
 
     def snapshot(self) -> Snapshot | None:
@@ -387,39 +392,27 @@ class Coordinator:
             return None if run is None else Snapshot(run.model_id, run.version, run.params.copy())
 
     def record_evaluation(self, model_id: str, version: int, accuracy: float, loss: float) -> None:
+        """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule."""
         with self._lock:
-            with self.sessions.begin() as session:
-                repo.add_evaluation(
-                    session=session,
-                    model_id=model_id,
-                    version=version,
-                    accuracy=accuracy,
-                    loss=loss,
-                    now=self.clock(),
-                )
+            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock())
+            tickets = [self.journal.record(evaluation)]
             run = self.run
-            if run is None or run.model_id != model_id:
-                return
-            run.latest_accuracy = accuracy
-            ticket = None
-            if run.stop_accuracy is not None and accuracy >= run.stop_accuracy and run.status != "finished":
-                ticket = self._set_status("finished", actor="criterion")
-        if ticket is not None:
+            if run is not None and run.model_id == model_id:
+                run.latest_accuracy = accuracy
+                stop = run.stop_accuracy
+                if stop is not None and accuracy >= stop and run.status != "finished":
+                    tickets.append(self._set_status("finished", actor="criterion"))
+        for ticket in tickets:
             ticket.wait()
 
     # -- figures -------------------------------------------------------------------------------
     def evaluations(self, model_id: str) -> list[dict[str, float]]:
-        with self.sessions() as session:
-            rows = repo.evaluations(session=session, model_id=model_id)
-        return [{"version": r.version, "accuracy": r.accuracy, "loss": r.loss, "at": r.at} for r in rows]
+        return [asdict(r) for r in self.store.evaluations(model_id)]
 
     def stats(self) -> dict[str, Any]:
         """The figures of the demo's summary and the console."""
         run = self.run
-        latest = None
-        if run is not None:
-            with self.sessions() as session:
-                latest = repo.latest_evaluation(session=session, model_id=run.model_id)
+        latest = None if run is None else self.store.latest_evaluation(run.model_id)
         with self._lock:
             return {
                 "model_id": run.model_id if run else None,
@@ -431,3 +424,4 @@ class Coordinator:
                 "strategy": run.strategy.describe() if run else None,
                 **self.recent.summary(),
             }
+

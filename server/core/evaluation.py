@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 
 
 class Evaluator:

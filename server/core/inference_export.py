@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 
 
 def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> bytes:

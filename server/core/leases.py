@@ -1,4 +1,4 @@
-"""Task leases in memory, so a push needs no database read; the database is the fallback after a restart."""
+"""Task leases in memory, so a push needs no database read; storage is the fallback after a restart."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from server.core.types import TaskResult
-from server.store import repository as repo
+from server.core.ports import LeaseRecord
 
 
 @dataclass
@@ -30,58 +27,19 @@ class Lease:
     digest: str | None = None
     outcome: dict[str, Any] | None = None
 
-    def grant_row(self, *, similarity: float | None, created_at: float) -> dict[str, Any]:
-        """The tasks-table row of this grant."""
-        return {
-            "id": self.task_id,
-            "model_id": self.model_id,
-            "device_id": self.device_id,
-            "device_model": self.device_model,
-            "version": self.version,
-            "batch_size": self.batch_size,
-            "similarity": similarity,
-            "features": self.features,
-            "predicted_time_ms": self.predicted_time_ms,
-            "predicted_energy": self.predicted_energy,
-            "created_at": created_at,
-            "deadline": self.deadline,
-            "status": "open",
-        }
-
-    def answer_row(
-        self, digest: str, outcome: dict[str, Any], staleness: int, weight: float, now: float
-    ) -> dict[str, Any]:
-        """The tasks-table columns an answer changes."""
-        return {
-            "id": self.task_id,
-            "status": "applied",
-            "digest": digest,
-            "outcome": outcome,
-            "staleness": staleness,
-            "weight": weight,
-            "answered_at": now,
-        }
-
-    def measurement_row(self, result: TaskResult, now: float) -> dict[str, Any]:
-        """Predicted against measured cost of this task (what I-Prof's evaluation charts)."""
-        return {
-            "task_id": self.task_id,
-            "device_model": self.device_model,
-            "batch_size": result.batch_size,
-            "compute_time_ms": result.compute_time_ms,
-            "predicted_time_ms": self.predicted_time_ms,
-            "energy": result.energy,
-            "predicted_energy": self.predicted_energy,
-            "loss": result.loss,
-            "at": now,
-        }
+    @classmethod
+    def from_record(cls, record: LeaseRecord) -> Lease:
+        return cls(**{k: getattr(record, k) for k in cls.__dataclass_fields__})
 
 
 class LeaseBook:
-    """Open leases by id, plus a bounded window of answered ones for idempotent retries."""
+    """Open leases by id, plus a bounded window of answered ones for idempotent retries.
 
-    def __init__(self, *, sessions: sessionmaker[Session], answered_window: int = 50_000) -> None:
-        self.sessions = sessions
+    Memory only: a lease that is not here (granted before a restart, or answered long ago) is read from
+    storage by the coordinator *before* it takes its lock (``Coordinator.submit_nowait``), so the async
+    push route never waits on the database under the global lock."""
+
+    def __init__(self, *, answered_window: int = 50_000) -> None:
         self.answered_window = answered_window
         self._open: dict[str, Lease] = {}
         self._answered: OrderedDict[str, Lease] = OrderedDict()
@@ -90,32 +48,26 @@ class LeaseBook:
         self._open[lease.task_id] = lease
 
     def get(self, task_id: str) -> Lease | None:
-        lease = self._open.get(task_id) or self._answered.get(task_id)
-        if lease is not None:
-            return lease
-        with self.sessions() as session:
-            row = repo.get_task(session=session, task_id=task_id)
-        if row is None:
-            return None
-        return Lease(
-            task_id=row.id,
-            model_id=row.model_id,
-            device_id=row.device_id,
-            device_model=row.device_model,
-            version=row.version,
-            batch_size=row.batch_size,
-            features=dict(row.features),
-            predicted_time_ms=row.predicted_time_ms,
-            predicted_energy=row.predicted_energy,
-            deadline=row.deadline,
-            status=row.status,
-            digest=row.digest,
-            outcome=row.outcome,
-        )
+        return self._open.get(task_id) or self._answered.get(task_id)
+
+    def adopt(self, record: LeaseRecord) -> Lease:
+        """The lease of a stored task, kept from now on (unless memory learned of it meanwhile)."""
+        known = self.get(record.task_id)
+        if known is not None:
+            return known
+        lease = Lease.from_record(record)
+        if lease.status == "applied":
+            self._remember_answered(lease)
+        elif lease.status == "open":
+            self._open[lease.task_id] = lease
+        return lease
 
     def answered(self, lease: Lease, digest: str, outcome: dict[str, Any]) -> None:
         lease.status, lease.digest, lease.outcome = "applied", digest, outcome
         self._open.pop(lease.task_id, None)
+        self._remember_answered(lease)
+
+    def _remember_answered(self, lease: Lease) -> None:
         self._answered[lease.task_id] = lease
         while len(self._answered) > self.answered_window:
             self._answered.popitem(last=False)
@@ -124,3 +76,4 @@ class LeaseBook:
         """Forget open leases past their deadline (their rows are marked expired in storage)."""
         for task_id in [t for t, lease in self._open.items() if lease.deadline < now]:
             del self._open[task_id]
+

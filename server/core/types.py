@@ -1,11 +1,17 @@
-"""Plain values in and out of the coordinator core (no HTTP, no ORM)."""
+"""Plain values in and out of the coordinator core (no HTTP, no ORM).
+
+The messages a device sees (grant, rejection, push outcome) are the wire contract's own types,
+re-exported from ``fleet_protocol`` so the core and the device cannot drift apart."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from fleet_protocol import PushOutcome, Rejection, TaskGrant
+
+__all__ = ["Device", "PushOutcome", "Rejection", "Snapshot", "TaskGrant", "TaskRequest", "TaskResult"]
 
 
 @dataclass(frozen=True)
@@ -24,30 +30,6 @@ class TaskRequest:
 
 
 @dataclass(frozen=True)
-class TaskGrant:
-    task_id: str
-    model_id: str
-    version: int
-    batch_size: int
-    lease_seconds: float
-    lease_deadline: float
-    slo_time_ms: float
-    predicted_time_ms: float | None
-    similarity: float | None
-    dp: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A refused task request: why, and when to ask again."""
-
-    reason: str
-    retry_after: float
-    detail: str
-    finished: bool = False
-
-
-@dataclass(frozen=True)
 class TaskResult:
     """A device's answer to a task; ``digest`` identifies the exact body for idempotent retries."""
 
@@ -58,27 +40,6 @@ class TaskResult:
     batch_size: int
     gradient: np.ndarray
     digest: str
-
-
-@dataclass(frozen=True)
-class PushOutcome:
-    task_id: str
-    staleness: int
-    weight: float
-    version: int
-    applied: bool
-    duplicate: bool = False
-    tau_thres: float | None = None  # the strategy's staleness threshold when it weighed this gradient
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task_id": self.task_id,
-            "staleness": self.staleness,
-            "weight": self.weight,
-            "version": self.version,
-            "applied": self.applied,
-            "tau_thres": self.tau_thres,
-        }
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.manifest import Manifest
+from fleet_protocol import Manifest
 from server.core.errors import InvalidInput
 from server.core.types import TaskResult
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from server.core.events import ModelAdded
 from server.store.codec import decode_state, encode_state
 from server.store.tables import (
     AuditRow,
@@ -40,11 +41,30 @@ def count_devices(*, session: Session) -> int:
 
 
 # -- models and versions ---------------------------------------------------------------------------
-def add_model(*, session: Session, row: ModelRow, init_params: bytes) -> None:
+def add_model(*, session: Session, event: ModelAdded) -> None:
+    """The new model becomes the only active one, with version 0 = its initial parameters."""
     session.execute(update(ModelRow).values(active=False))
-    session.add(row)
+    session.add(
+        ModelRow(
+            id=event.model_id,
+            name=event.name,
+            manifest=event.manifest_json,
+            train_onnx=event.train_onnx,
+            infer_onnx=event.infer_onnx,
+            created_at=event.at,
+            active=True,
+            current_version=0,
+            status="training",
+        )
+    )
     session.flush()
-    session.add(VersionRow(model_id=row.id, version=0, params=init_params, created_at=row.created_at))
+    session.add(VersionRow(model_id=event.model_id, version=0, params=event.init_params, created_at=event.at))
+
+
+def get_graph(*, session: Session, model_id: str, which: str) -> bytes | None:
+    """The model's ``train`` or ``infer`` ONNX graph (None for an unknown model)."""
+    column = ModelRow.train_onnx if which == "train" else ModelRow.infer_onnx
+    return session.scalar(select(column).where(ModelRow.id == model_id))
 
 
 def active_model(*, session: Session) -> ModelRow | None:
@@ -73,28 +93,11 @@ def list_versions(*, session: Session, model_id: str) -> list[tuple[int, float]]
     return [(int(v), float(t)) for v, t in rows]
 
 
-def save_version(
-    *, session: Session, model_id: str, version: int, params: bytes, now: float, retention: int
-) -> None:
-    """Store a new version, advance the model, and drop versions past the retention window (keep 0)."""
-    session.add(VersionRow(model_id=model_id, version=version, params=params, created_at=now))
-    session.execute(update(ModelRow).where(ModelRow.id == model_id).values(current_version=version))
-    session.execute(
-        delete(VersionRow).where(
-            VersionRow.model_id == model_id, VersionRow.version > 0, VersionRow.version <= version - retention
-        )
-    )
-
-
 def set_model_fields(*, session: Session, model_id: str, **fields: Any) -> None:
     session.execute(update(ModelRow).where(ModelRow.id == model_id).values(**fields))
 
 
 # -- tasks -----------------------------------------------------------------------------------------
-def add_task(*, session: Session, row: TaskRow) -> None:
-    session.add(row)
-
-
 def get_task(*, session: Session, task_id: str) -> TaskRow | None:
     return session.get(TaskRow, task_id)
 
@@ -104,30 +107,6 @@ def expire_tasks(*, session: Session, now: float) -> int:
         update(TaskRow).where(TaskRow.status == "open", TaskRow.deadline < now).values(status="expired")
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-
-def answer_task(
-    *,
-    session: Session,
-    task_id: str,
-    digest: str,
-    outcome: dict[str, Any],
-    staleness: int,
-    weight: float,
-    now: float,
-) -> None:
-    session.execute(
-        update(TaskRow)
-        .where(TaskRow.id == task_id)
-        .values(
-            status="applied",
-            digest=digest,
-            outcome=outcome,
-            staleness=staleness,
-            weight=weight,
-            answered_at=now,
-        )
-    )
 
 
 def recent_tasks(*, session: Session, model_id: str, limit: int) -> list[TaskRow]:
@@ -142,14 +121,6 @@ def recent_tasks(*, session: Session, model_id: str, limit: int) -> list[TaskRow
 
 
 # -- measurements, evaluations, counters, audit ----------------------------------------------------
-def add_measurement(*, session: Session, row: MeasurementRow) -> None:
-    session.add(row)
-
-
-def recent_measurements(*, session: Session, limit: int) -> list[MeasurementRow]:
-    return list(session.scalars(select(MeasurementRow).order_by(MeasurementRow.id.desc()).limit(limit)))
-
-
 def device_measurements(*, session: Session, device_model: str, limit: int) -> list[MeasurementRow]:
     """The latest measurements of one device model, oldest first (predicted vs measured, for charts)."""
     rows = session.scalars(

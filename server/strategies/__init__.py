@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from server.strategies.adasgd import AdaSGD
-from server.strategies.base import Arrival, Strategy, TaskTerms
+from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dynsgd import DynSGD
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
@@ -34,6 +34,7 @@ __all__ = [
     "SSGD",
     "STRATEGIES",
     "Strategy",
+    "StrategySettings",
     "TaskTerms",
     "make_strategy",
 ]

@@ -11,17 +11,29 @@ Bhattacharyya coefficient between the gradient's mini-batch labels and the globa
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from server.strategies.base import Arrival, Strategy, TaskTerms
+from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dampening import adasgd_beta, exp_dampening, inverse_dampening
 from server.strategies.similarity import bhattacharyya
 
 
+@dataclass(frozen=True)
+class AdaSGDSettings(StrategySettings):
+    percentile: float
+    bootstrap: int
+    staleness_cap: bool
+    boost_floor: float
+    boost_scope: Literal["all", "stragglers", "none"]
+    global_counts: Literal["samples", "weighted"]
+
+
 class AdaSGD(Strategy):
     name = "adasgd"
+    settings = AdaSGDSettings
 
     def __init__(
         self,

@@ -10,8 +10,8 @@ comes first; a strategy with rounds (SSGD) overrides ``admit``/``ready`` to add 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -39,6 +39,27 @@ class TaskTerms:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class StrategySettings:
+    """The typed settings a strategy takes from the coordinator's configuration (server/settings.py).
+
+    Each strategy declares its own subclass next to it (``Strategy.settings``); the composition root
+    (server/compose.py) reads the same-named fields from the configuration and passes them as keyword
+    arguments, so adding a strategy needs no if-chain anywhere."""
+
+    learning_rate: float
+    k: int
+    time_window: float | None
+
+    @classmethod
+    def from_config(cls, config: Any) -> Self:
+        """Pick this strategy's fields out of any object that has them as attributes."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+    def kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass
 class Buffered:
     """One weighted gradient waiting for the trigger."""
@@ -55,6 +76,7 @@ class Strategy(ABC):
     name: ClassVar[str] = "strategy"
     # True: the step is the weighted mean over the buffer (FedBuff, SSGD); False: the weighted sum (FLeet)
     average: ClassVar[bool] = False
+    settings: ClassVar[type[StrategySettings]] = StrategySettings
 
     def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
         self.learning_rate = learning_rate

@@ -12,14 +12,21 @@ deadline the round waits for its slowest device. The step is the mean of the rou
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
-from server.strategies.base import Arrival, Buffered, Strategy
+from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings
+
+
+@dataclass(frozen=True)
+class SSGDSettings(StrategySettings):
+    over_selection: float  # tasks granted per round = ceil(k · over_selection)
 
 
 class SSGD(Strategy):
     name = "ssgd"
     average = True
+    settings = SSGDSettings
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from models.manifest import Bundle, read_zip
+from fleet_protocol import Bundle, read_zip
 from server.api.deps import CoordinatorDep, require_admin
 from server.api.routes.models import model_out
 from server.api.schemas import EvaluationOut, ModelOut, StopCriterion
@@ -75,4 +75,4 @@ def records(
 ) -> list[dict[str, Any]]:
     """The newest answered tasks: staleness seen, τ_thres and the weight each gradient was applied with."""
     model_id = model_id or (coordinator.run.model_id if coordinator.run else None)
-    return task_records(sessions=coordinator.sessions, model_id=model_id, limit=limit) if model_id else []
+    return task_records(store=coordinator.store, model_id=model_id, limit=limit) if model_id else []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from server.api.deps import CoordinatorDep, MetricsDep
 
@@ -19,8 +18,7 @@ def health() -> dict[str, str]:
 @router.get("/v1/ready")
 def ready(coordinator: CoordinatorDep) -> dict[str, object]:
     try:
-        with coordinator.sessions() as session:
-            session.execute(text("SELECT 1"))
+        coordinator.store.ping()
     except Exception as exc:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"database unreachable: {exc}") from exc
     if coordinator.run is None:

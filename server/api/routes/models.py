@@ -10,8 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from server.api.deps import CoordinatorDep
 from server.api.schemas import ModelOut, VersionOut
-from server.core.catalog import ModelInfo, info_of
-from server.core.errors import NotFound
+from server.core.catalog import Catalog, ModelInfo
 from server.core.inference_export import bake_weights
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -30,21 +29,18 @@ def list_models(coordinator: CoordinatorDep) -> list[ModelOut]:
 
 @router.get("/active", response_model=ModelOut)
 def active_model(coordinator: CoordinatorDep) -> ModelOut:
-    row = coordinator.catalog.active_row()
-    if row is None:
-        raise NotFound("no model is active")
-    return model_out(info_of(row))
+    return model_out(coordinator.catalog.active_info())
 
 
 @router.get("/{model_id}", response_model=ModelOut)
 def get_model(model_id: str, coordinator: CoordinatorDep) -> ModelOut:
-    return model_out(info_of(coordinator.catalog.row(model_id)))
+    return model_out(coordinator.catalog.info(model_id))
 
 
 @router.get("/{model_id}/manifest")
 def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
     return Response(
-        coordinator.catalog.row(model_id).manifest,
+        coordinator.catalog.record(model_id).manifest_json,
         media_type="application/json",
         headers={"Cache-Control": IMMUTABLE},
     )
@@ -52,10 +48,7 @@ def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
 
 @router.get("/{model_id}/graphs/{graph}.onnx")
 def graph(model_id: str, graph: str, coordinator: CoordinatorDep) -> Response:
-    row = coordinator.catalog.row(model_id)
-    if graph not in ("train", "infer"):
-        raise NotFound("graphs are train.onnx and infer.onnx")
-    data = row.train_onnx if graph == "train" else row.infer_onnx
+    data = coordinator.catalog.graph(model_id, graph)
     return Response(data, media_type=OCTET, headers={"Cache-Control": IMMUTABLE})
 
 
@@ -83,7 +76,7 @@ async def params(
     etag = f'"{model_id}:{version}:{encoding}"'
     headers = {"ETag": etag, "Cache-Control": IMMUTABLE}
     if if_none_match == etag:
-        await run_in_threadpool(coordinator.catalog.row, model_id)
+        await run_in_threadpool(coordinator.catalog.record, model_id)
         return Response(status_code=304, headers=headers)
     data = coordinator.catalog.cached_params(model_id, version)
     if data is None:
@@ -97,13 +90,10 @@ async def params(
 async def inference_model(
     model_id: str, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0)
 ) -> Response:
-    """The model at ``version`` (default: the newest) as one ONNX file with its weights inside."""
-    row = coordinator.catalog.row(model_id)
-    version = row.current_version if version is None else version
-    params = coordinator.catalog.params(model_id, version)
-    data = await run_in_threadpool(
-        bake_weights, row.infer_onnx, coordinator.catalog.manifest(model_id), params
-    )
+    """The model at ``version`` (default: the newest) as one ONNX file with its weights inside.
+
+    Every storage read and the baking run in the thread pool: nothing here blocks the event loop."""
+    version, data = await run_in_threadpool(export_inference, coordinator.catalog, model_id, version)
     return Response(
         data,
         media_type=OCTET,
@@ -112,3 +102,10 @@ async def inference_model(
             "Cache-Control": IMMUTABLE,
         },
     )
+
+
+def export_inference(catalog: Catalog, model_id: str, version: int | None) -> tuple[int, bytes]:
+    """(version, ONNX bytes) of the inference graph with that version's weights baked in."""
+    version = catalog.record(model_id).current_version if version is None else version
+    params = catalog.params(model_id, version)
+    return version, bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params)

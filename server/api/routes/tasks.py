@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
+from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_tensor, push_digest
 from server.api.deps import CoordinatorDep, LimitedDevice
 from server.api.metrics import Metrics
-from server.api.schemas import PushOut, RejectionOut, ResultMeta, TaskIn, TaskOut
-from server.core.types import Rejection, TaskRequest, TaskResult
-from server.store.journal import Ticket
+from server.api.schemas import ResultMeta, TaskIn
+from server.core.journal import Ticket
+from server.core.types import TaskRequest, TaskResult
 
 router = APIRouter(prefix="/tasks", tags=["tasks"])
 
@@ -26,12 +27,12 @@ router = APIRouter(prefix="/tasks", tags=["tasks"])
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    response_model=TaskOut,
-    responses={503: {"model": RejectionOut}, 410: {"model": RejectionOut}, 429: {}},
+    response_model=TaskGrant,
+    responses={503: {"model": Rejection}, 410: {"model": Rejection}, 429: {}},
 )
 async def request_task(
     body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, request: Request
-) -> TaskOut | JSONResponse:
+) -> TaskGrant | JSONResponse:
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     task_request = TaskRequest(
@@ -44,17 +45,16 @@ async def request_task(
     if isinstance(answer, Rejection):
         metrics.tasks_rejected.labels(answer.reason).inc()
         code = status.HTTP_410_GONE if answer.finished else status.HTTP_503_SERVICE_UNAVAILABLE
-        payload = RejectionOut(detail=answer.detail, reason=answer.reason, retry_after=answer.retry_after)
         return JSONResponse(
-            payload.model_dump(),
+            asdict(answer),
             status_code=code,
             headers={"Retry-After": str(max(1, round(answer.retry_after)))},
         )
     metrics.tasks_granted.inc()
     metrics.batch_size.observe(answer.batch_size)
     base = f"/v1/models/{answer.model_id}"
-    return TaskOut(
-        **asdict(answer),
+    return replace(
+        answer,
         params_url=f"{base}/versions/{answer.version}/params",
         manifest_url=f"{base}/manifest",
         train_graph_url=f"{base}/graphs/train.onnx",
@@ -116,10 +116,10 @@ async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
     return await value.read() if isinstance(value, UploadFile) else value.encode()
 
 
-@router.post("/{task_id}/result", response_model=PushOut)
+@router.post("/{task_id}/result", response_model=PushOutcome)
 async def push_result(
     task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep
-) -> PushOut:
+) -> PushOutcome:
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     meta_bytes, gradient_bytes = await _read_push(request)
@@ -131,20 +131,21 @@ async def push_result(
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is invalid: {exc.errors()}"
         ) from exc
-    dtype, width = ("<f2", 2) if meta.encoding == "float16" else ("<f4", 4)
-    if len(gradient_bytes) % width:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"gradient length is not a multiple of {width} bytes"
-        )
+    try:
+        gradient = decode_tensor(gradient_bytes, meta.encoding)
+    except WireError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"gradient: {exc}") from exc
     result = TaskResult(
         label_counts=np.asarray(meta.label_counts, dtype=np.int64),
         loss=meta.loss,
         compute_time_ms=meta.compute_time_ms,
         energy=meta.energy,
         batch_size=meta.batch_size,
-        gradient=np.frombuffer(gradient_bytes, dtype=dtype).astype(np.float32),
-        digest=hashlib.sha256(meta_bytes + b"\x00" + gradient_bytes).hexdigest(),
+        gradient=gradient,
+        digest=push_digest(meta_bytes, gradient_bytes),
     )
+    if not coordinator.knows(task_id):  # a lease from before a restart: read storage off the event loop
+        await run_in_threadpool(coordinator.recall, task_id)
     outcome, ticket = coordinator.submit_nowait(device, task_id, result)  # CPU only, under the core's lock
     await durable(ticket)
     if not outcome.duplicate:
@@ -155,4 +156,4 @@ async def push_result(
             metrics.updates.inc()
         metrics.version.set(outcome.version)
     metrics.push_seconds.observe(time.perf_counter() - started)
-    return PushOut(**outcome.to_dict(), duplicate=outcome.duplicate)
+    return outcome

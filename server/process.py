@@ -1,4 +1,6 @@
-"""A real coordinator process on loopback (`fleet serve` in a subprocess): for tests, benchmarks and demos."""
+"""A real coordinator process on loopback (`fleet serve` in a subprocess): for tests, benchmarks and demos.
+
+In server/ (not fleet/) so bench/ and experiments/ can use it while fleet/cli.py imports them: no cycle."""
 
 from __future__ import annotations
 

@@ -1,0 +1,169 @@
+"""The model manifest and export bundle: what server and device need to run a model without torch.
+
+Part of the wire contract (the manifest is served at ``/v1/models/{id}/manifest``, a bundle is what
+``POST /v1/admin/models`` uploads), so it lives here and needs only numpy.
+
+A bundle is a directory (or a zip of it) holding ``manifest.json``, ``train.onnx`` (inputs: every
+parameter, ``x`` with a dynamic batch, ``y``; outputs: ``loss`` then one gradient per parameter in
+manifest order), ``infer.onnx`` (inputs: every parameter and ``x``; output: ``logits``) and
+``init.bin`` (the initial parameters as one flat little-endian float32 buffer).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+BUNDLE_FILES = ("manifest.json", "train.onnx", "infer.onnx", "init.bin")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter tensor's place in the flat float32 buffer."""
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Names, shapes and offsets of a model's parameters, and the graphs' input/output names."""
+
+    name: str
+    params: tuple[ParamSpec, ...]
+    input_shape: tuple[int, ...]
+    num_classes: int
+    x_name: str = "x"
+    y_name: str = "y"
+    loss_name: str = "loss"
+    logits_name: str = "logits"
+    grad_names: tuple[str, ...] = field(default=())
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.size for p in self.params)
+
+    def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of ``flat`` shaped as each parameter (no copy)."""
+        if flat.shape != (self.num_params,):
+            raise ValueError(f"expected {self.num_params} values, got {flat.shape}")
+        return {p.name: flat[p.offset : p.offset + p.size].reshape(p.shape) for p in self.params}
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        for p, spec in zip(data["params"], self.params, strict=True):
+            p["size"] = spec.size
+        data["num_params"] = self.num_params
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Manifest:
+        data = json.loads(text)
+        params = tuple(
+            ParamSpec(name=p["name"], shape=tuple(p["shape"]), offset=int(p["offset"]))
+            for p in data["params"]
+        )
+        manifest = cls(
+            name=data["name"],
+            params=params,
+            input_shape=tuple(data["input_shape"]),
+            num_classes=int(data["num_classes"]),
+            x_name=data.get("x_name", "x"),
+            y_name=data.get("y_name", "y"),
+            loss_name=data.get("loss_name", "loss"),
+            logits_name=data.get("logits_name", "logits"),
+            grad_names=tuple(data.get("grad_names", ())),
+        )
+        manifest.validate()
+        return manifest
+
+    def validate(self) -> None:
+        """Offsets must tile the flat buffer exactly, in order."""
+        offset = 0
+        for p in self.params:
+            if p.offset != offset or any(d <= 0 for d in p.shape):
+                raise ValueError(f"parameter {p.name!r}: bad offset or shape")
+            offset += p.size
+        if self.num_classes < 2 or not self.input_shape:
+            raise ValueError("manifest needs num_classes >= 2 and an input shape")
+        if self.grad_names and len(self.grad_names) != len(self.params):
+            raise ValueError("one gradient output per parameter")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """An exported model: manifest, both graphs and the initial parameters."""
+
+    manifest: Manifest
+    train_onnx: bytes
+    infer_onnx: bytes
+    init_params: np.ndarray
+
+    @classmethod
+    def load(cls, path: str | Path) -> Bundle:
+        """Read a bundle from a directory or a zip file."""
+        path = Path(path)
+        if path.is_dir():
+            files = {name: (path / name).read_bytes() for name in BUNDLE_FILES}
+        else:
+            files = read_zip(path.read_bytes())
+        return cls.from_files(files)
+
+    @classmethod
+    def from_files(cls, files: dict[str, bytes]) -> Bundle:
+        missing = [n for n in BUNDLE_FILES if n not in files]
+        if missing:
+            raise ValueError(f"bundle is missing {', '.join(missing)}")
+        manifest = Manifest.from_json(files["manifest.json"])
+        init = np.frombuffer(files["init.bin"], dtype="<f4").astype(np.float32)
+        if init.shape != (manifest.num_params,):
+            raise ValueError(f"init.bin holds {init.size} values, manifest says {manifest.num_params}")
+        return cls(manifest, files["train.onnx"], files["infer.onnx"], init)
+
+    def save(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, data in self.files().items():
+            (directory / name).write_bytes(data)
+        return directory
+
+    def files(self) -> dict[str, bytes]:
+        return {
+            "manifest.json": self.manifest.to_json().encode(),
+            "train.onnx": self.train_onnx,
+            "infer.onnx": self.infer_onnx,
+            "init.bin": self.init_params.astype("<f4").tobytes(),
+        }
+
+    def to_zip(self) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in self.files().items():
+                archive.writestr(name, data)
+        return buffer.getvalue()
+
+
+def read_zip(data: bytes, *, max_bytes: int = 512 * 1024 * 1024) -> dict[str, bytes]:
+    """The bundle files of a zip archive, refusing archives that inflate past ``max_bytes``."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile as exc:
+        raise ValueError("bundle is not a zip archive") from exc
+    with archive:
+        infos = {
+            Path(i.filename).name: i for i in archive.infolist() if Path(i.filename).name in BUNDLE_FILES
+        }
+        if sum(i.file_size for i in infos.values()) > max_bytes:
+            raise ValueError("bundle too large")
+        return {name: archive.read(info) for name, info in infos.items()}
+

@@ -1,0 +1,218 @@
+"""The device protocol's messages and tensor encodings, written once for the server and the client.
+
+JSON metadata travels as these dataclasses (``asdict`` to send, ``from_json`` to read leniently: unknown
+keys are ignored so either side may add fields); tensors travel as raw little-endian float32 or float16
+bytes, never as JSON lists. Needs only numpy: the device imports this and nothing of the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "META_HEADER",
+    "WIRE_DTYPES",
+    "Encoding",
+    "PushMeta",
+    "PushOutcome",
+    "Rejection",
+    "TaskAsk",
+    "TaskGrant",
+    "WireError",
+    "decode_tensor",
+    "encode_multipart",
+    "encode_push",
+    "push_digest",
+]
+
+Encoding = Literal["float32", "float16"]
+WIRE_DTYPES: dict[str, str] = {"float32": "<f4", "float16": "<f2"}
+META_HEADER = "Fleet-Meta"  # a raw push carries its PushMeta as compact JSON in this header
+TRAINING_FINISHED = "training_finished"
+
+
+class WireError(ValueError):
+    """A message or tensor body that does not follow the protocol."""
+
+
+def _known(cls: type, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise WireError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class TaskAsk:
+    """``POST /v1/tasks``: the device's state and its local label counts (one per class)."""
+
+    label_counts: list[int]
+    features: dict[str, float | None] = field(default_factory=dict)
+    device_model: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskGrant:
+    """``201`` of ``POST /v1/tasks``: the task, the mini-batch size L, and where to fetch its inputs."""
+
+    task_id: str
+    model_id: str
+    version: int
+    batch_size: int
+    lease_seconds: float | None = None
+    lease_deadline: float | None = None
+    slo_time_ms: float | None = None
+    predicted_time_ms: float | None = None
+    similarity: float | None = None
+    dp: dict[str, Any] | None = None
+    params_url: str | None = None
+    manifest_url: str | None = None
+    train_graph_url: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> TaskGrant:
+        values = _known(cls, data)
+        try:
+            values.update(
+                task_id=str(data["task_id"]),
+                model_id=str(data["model_id"]),
+                version=int(data["version"]),
+                batch_size=int(data["batch_size"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WireError(f"malformed task grant: {exc!r}") from exc
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """``503``/``410`` of ``POST /v1/tasks``: why no task now, and when to ask again."""
+
+    reason: str
+    retry_after: float
+    detail: str
+
+    @property
+    def finished(self) -> bool:
+        """Training is over: the device should stop asking (served as 410)."""
+        return self.reason == TRAINING_FINISHED
+
+
+@dataclass(frozen=True)
+class PushMeta:
+    """The JSON half of ``POST /v1/tasks/{id}/result``; the gradient is the binary half."""
+
+    label_counts: list[int]
+    loss: float
+    compute_time_ms: float
+    batch_size: int
+    energy: float | None = None
+    encoding: Encoding = "float32"  # of the gradient bytes
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """``200`` of a push: the staleness τ seen, the weight applied, the model's version after it."""
+
+    task_id: str
+    staleness: int
+    weight: float
+    version: int
+    applied: bool
+    duplicate: bool = False
+    tau_thres: float | None = None  # the strategy's staleness threshold when it weighed this gradient
+
+    def to_dict(self) -> dict[str, Any]:
+        """The answer as stored for idempotent retries (a retry is told ``duplicate`` on top)."""
+        return {
+            "task_id": self.task_id,
+            "staleness": self.staleness,
+            "weight": self.weight,
+            "version": self.version,
+            "applied": self.applied,
+            "tau_thres": self.tau_thres,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, task_id: str | None = None) -> PushOutcome:
+        values = _known(cls, data)
+        try:
+            values.update(
+                task_id=str(data.get("task_id", task_id)),
+                staleness=int(data["staleness"]),
+                weight=float(data["weight"]),
+                version=int(data["version"]),
+                applied=bool(data.get("applied", True)),
+                duplicate=bool(data.get("duplicate", False)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WireError(f"malformed push answer: {exc!r}") from exc
+        return cls(**values)
+
+
+def decode_tensor(data: bytes, encoding: str = "float32") -> np.ndarray:
+    """A flat float32 array from a raw little-endian float32 or float16 body."""
+    dtype = WIRE_DTYPES.get(encoding)
+    if dtype is None:
+        raise WireError(f"unknown tensor encoding {encoding!r}; known: {sorted(WIRE_DTYPES)}")
+    width = np.dtype(dtype).itemsize
+    if len(data) % width:
+        raise WireError(f"body of {len(data)} bytes is not a multiple of {width} bytes ({encoding})")
+    return np.frombuffer(data, dtype=dtype).astype(np.float32)
+
+
+def push_digest(meta: bytes, gradient: bytes) -> str:
+    """Identifies a push body exactly: a retry with the same digest gets the original answer."""
+    return hashlib.sha256(meta + b"\x00" + gradient).hexdigest()
+
+
+def _push_parts(meta: dict[str, Any], gradient: np.ndarray, encoding: str) -> tuple[dict[str, Any], bytes]:
+    if encoding not in WIRE_DTYPES:
+        raise WireError(f"unknown tensor encoding {encoding!r}; known: {sorted(WIRE_DTYPES)}")
+    if encoding != "float32":
+        meta = {**meta, "encoding": encoding}
+    return meta, np.ascontiguousarray(gradient, dtype=WIRE_DTYPES[encoding]).tobytes()
+
+
+def encode_push(
+    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
+) -> tuple[dict[str, str], bytes]:
+    """``(headers, body)`` of a result push: the gradient's raw bytes (<f4 or <f2) as the body and the
+    meta as compact JSON in the ``Fleet-Meta`` header, so neither side builds or parses multipart."""
+    meta, body = _push_parts(meta, gradient, encoding)
+    meta_json = json.dumps(meta, allow_nan=False, separators=(",", ":"))
+    return {"Content-Type": "application/octet-stream", META_HEADER: meta_json}, body
+
+
+def encode_multipart(
+    meta: dict[str, Any], gradient: np.ndarray, encoding: str = "float32"
+) -> tuple[str, bytes]:
+    """``(content_type, body)`` of a result push in the multipart form the server also accepts: parts
+    ``meta`` (JSON) and ``gradient`` (<f4 or <f2), for clients that only speak HTML forms."""
+    meta, grad_bytes = _push_parts(meta, gradient, encoding)
+    meta_bytes = json.dumps(meta, allow_nan=False).encode()
+    while True:
+        boundary = f"fleet-{secrets.token_hex(16)}"
+        marker = boundary.encode()
+        if marker not in grad_bytes and marker not in meta_bytes:
+            break
+    body = b"".join(
+        [
+            b"--" + marker + b"\r\n",
+            b'Content-Disposition: form-data; name="meta"\r\n',
+            b"Content-Type: application/json\r\n\r\n",
+            meta_bytes,
+            b"\r\n--" + marker + b"\r\n",
+            b'Content-Disposition: form-data; name="gradient"; filename="gradient.bin"\r\n',
+            b"Content-Type: application/octet-stream\r\n\r\n",
+            grad_bytes,
+            b"\r\n--" + marker + b"--\r\n",
+        ]
+    )
+    return f"multipart/form-data; boundary={boundary}", body

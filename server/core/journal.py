@@ -1,0 +1,209 @@
+"""Group commit: many pushes share one transaction, and each push is acknowledged once it is durable.
+
+The coordinator applies a push in memory under its lock and appends the push's events here; a writer
+thread takes what is queued, writes it through the ``Store`` port in one transaction (``Store.commit``),
+and only then releases the waiting pushes. One fsync then covers a whole batch instead of one push.
+Task grants ride along without being waited for: a grant lost in a crash only makes its device ask
+again. ``durable=False`` (the simulator) writes inline in batches and never waits.
+
+Locks. The journal guards its queue with its own lock and never takes the coordinator's. Each batch
+ends with a ``StateCheckpoint`` (strategy and profiler state) that must reflect exactly the pushes in
+the batch. The guarantee: the coordinator appends events only while holding its lock, in the same
+critical section that changes the state; ``checkpoint()`` (the coordinator's) takes that lock,
+snapshots the state and reads ``appended`` — the sequence number of the last event appended, so the
+snapshot reflects events 1..appended and nothing later. The writer then takes from the queue exactly
+the events up to that number. Events appended after the snapshot stay queued for the next batch. Lock
+order is always coordinator → journal (producers) or one at a time (the writer), so no deadlock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from server.core.events import Event, PushApplied, StateCheckpoint, TaskGranted
+from server.core.ports import Store
+
+log = logging.getLogger("fleet.server")
+
+
+class Ticket:
+    """Released when the push it stands for is durable (or its batch failed)."""
+
+    def __init__(self, done: bool = False) -> None:
+        self._event = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+        self._guard = threading.Lock()
+        self.error: BaseException | None = None
+        if done:
+            self._event.set()
+
+    @property
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def release(self, error: BaseException | None = None) -> None:
+        with self._guard:
+            self.error = error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the writer's thread) once released, or now if it already is: lets an
+        event loop await durability without parking a thread per push."""
+        with self._guard:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def wait(self, timeout: float | None = 60.0) -> None:
+        if not self._event.wait(timeout):
+            raise TimeoutError("the push was not committed in time")
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class _Queued:
+    seq: int
+    event: Event
+    ticket: Ticket | None
+
+
+@dataclass
+class Batch:
+    """What one transaction writes: grants first, then other writes in order, then answers."""
+
+    grants: list[TaskGranted] = field(default_factory=list)
+    answers: list[PushApplied] = field(default_factory=list)
+    other: list[Event] = field(default_factory=list)
+    tickets: list[Ticket] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.grants or self.answers or self.other)
+
+    def events(self, state: StateCheckpoint) -> list[Event]:
+        """The batch in write order, closed by the state checkpoint (strategy state only with news)."""
+        if not (self.answers or self.other):
+            state = StateCheckpoint(profiles=state.profiles, at=state.at)
+        return [*self.grants, *self.other, *self.answers, state]
+
+
+class Journal:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        checkpoint: Callable[[], tuple[StateCheckpoint, int]],
+        on_failure: Callable[[BaseException], list[Ticket]],
+        durable: bool = True,
+        inline_batch: int = 64,
+    ) -> None:
+        self.store = store
+        self.checkpoint = checkpoint
+        self.on_failure = on_failure
+        self.durable = durable
+        self.inline_batch = inline_batch
+        self._queue: list[_Queued] = []
+        self._appended = 0
+        self._lock = threading.Lock()  # the queue's own lock
+        self._writing = threading.Lock()  # one batch at a time, in order
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if durable:
+            self._thread = threading.Thread(target=self._run, name="fleet-journal", daemon=True)
+            self._thread.start()
+
+    @property
+    def appended(self) -> int:
+        """Sequence number of the last event appended (read by ``checkpoint`` under the core's lock)."""
+        return self._appended
+
+    # -- producers -------------------------------------------------------------------------------
+    def grant(self, event: TaskGranted) -> None:
+        """Queue a grant; nobody waits for it."""
+        self._append(event, None)
+
+    def record(self, event: Event) -> Ticket:
+        """Queue a write that must stay in order with the pushes; the ticket is released once durable."""
+        ticket = Ticket(done=not self.durable)
+        self._append(event, ticket)
+        return ticket
+
+    def _append(self, event: Event, ticket: Ticket | None) -> None:
+        with self._lock:
+            self._appended += 1
+            self._queue.append(_Queued(self._appended, event, ticket))
+            pending = len(self._queue)
+            self._wake.notify()
+        if not self.durable and pending >= self.inline_batch:
+            self.flush()
+
+    # -- the writer ------------------------------------------------------------------------------
+    def _take(self, through: int) -> Batch:
+        with self._lock:
+            cut = next((i for i, q in enumerate(self._queue) if q.seq > through), len(self._queue))
+            taken, self._queue = self._queue[:cut], self._queue[cut:]
+        batch = Batch()
+        for queued in taken:
+            if isinstance(queued.event, TaskGranted):
+                batch.grants.append(queued.event)
+            elif isinstance(queued.event, PushApplied):
+                batch.answers.append(queued.event)
+            else:
+                batch.other.append(queued.event)
+            if queued.ticket is not None:
+                batch.tickets.append(queued.ticket)
+        return batch
+
+    def flush(self) -> None:
+        """Write what is queued now, in the caller's thread (in durable mode, never while holding the
+        coordinator's lock: it would hold up every push for one fsync). One batch at a time, in order."""
+        with self._writing:
+            state, through = self.checkpoint()
+            batch = self._take(through)
+            if batch or state.profiles:
+                self._write(batch, state)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait(0.5)
+                if self._closed and not self._queue:
+                    return
+            self.flush()
+
+    def _write(self, batch: Batch, state: StateCheckpoint) -> None:
+        try:
+            self.store.commit(batch.events(state))
+        except BaseException as exc:  # nothing of this batch is durable: fail its pushes, resync memory
+            log.exception("journal commit of %d pushes failed", len(batch.answers))
+            dropped = self.on_failure(exc)  # reloads memory and returns the tickets it discarded
+            for ticket in batch.tickets + dropped:
+                ticket.release(exc)
+            return
+        for ticket in batch.tickets:
+            ticket.release()
+
+    def discard(self) -> list[Ticket]:
+        """Drop everything queued (after a failed commit memory is reloaded from storage); returns the
+        tickets to fail."""
+        with self._lock:
+            dropped, self._queue = self._queue, []
+        return [q.ticket for q in dropped if q.ticket is not None]
+
+    def close(self) -> None:
+        """Write what is left and stop the writer."""
+        if self._thread is not None:
+            with self._lock:
+                self._closed = True
+                self._wake.notify()
+            self._thread.join(timeout=30)
+        self.flush()

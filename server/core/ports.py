@@ -1,0 +1,177 @@
+"""The core's two ports: what it needs from a profiler and from storage, as typing.Protocols.
+
+The coordinator depends on these and on nothing concrete. ``Profiler`` is implemented by I-Prof
+(profiler/iprof.py), MAUI (profiler/maui.py), the round-robin dispatcher that alternates them
+(profiler/dispatch.py) and the simulator's fixed-size ``BatchSizer`` (sim/harness.py). ``Store`` is
+implemented by the SQL store (server/store/sql.py) and by an in-memory fake in the tests. Writes go
+through ``Store.commit`` as plain domain events (server/core/events.py); reads return the plain
+records below, never ORM rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from server.core.events import Event
+from server.core.types import Device
+
+__all__ = [
+    "AnsweredTask",
+    "BatchDecision",
+    "EvaluationRecord",
+    "LeaseRecord",
+    "MeasurementRecord",
+    "ModelRecord",
+    "Profiler",
+    "Store",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDecision:
+    """A profiler's answer for one task request: L, and the numbers behind it for logs and the console."""
+
+    batch_size: int
+    time_bound: float | None = None
+    energy_bound: float | None = None
+    predicted_time_ms: float | None = None
+    predicted_energy: float | None = None
+    source: str = "fixed"  # "cold" | "personal" (I-Prof), "maui", "fixed" (a given size)
+
+
+@runtime_checkable
+class Profiler(Protocol):
+    """Sizes each task's mini-batch to the SLOs, learns from what each task cost, and persists state."""
+
+    time_slo_ms: float
+    energy_slo: float | None
+    min_batch: int
+    max_batch: int
+
+    def batch_size(self, device_model: str, features: Mapping[str, Any]) -> BatchDecision: ...
+
+    def observe(
+        self,
+        device_model: str,
+        features: Mapping[str, Any],
+        batch_size: int,
+        time_ms: float,
+        energy: float | None = None,
+    ) -> Any: ...
+
+    def device_models(self) -> list[str]:
+        """The device models with a personal model (the state that ``device_state`` returns)."""
+        ...
+
+    def device_state(self, device_model: str) -> dict[str, Any]: ...
+
+    def load_device_state(self, device_model: str, state: Mapping[str, Any]) -> Any: ...
+
+    def cold_state(self) -> dict[str, Any]: ...
+
+    def load_cold_state(self, state: Mapping[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    model_id: str
+    name: str
+    manifest_json: str
+    created_at: float
+    active: bool
+    current_version: int
+    status: str
+    stop_accuracy: float | None = None
+    stop_versions: int | None = None
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """A stored task (the lease book's fallback after a restart)."""
+
+    task_id: str
+    model_id: str
+    device_id: str
+    device_model: str
+    version: int
+    batch_size: int
+    features: dict[str, Any]
+    predicted_time_ms: float | None
+    predicted_energy: float | None
+    deadline: float
+    status: str
+    digest: str | None
+    outcome: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class AnsweredTask:
+    task_id: str
+    device_model: str
+    base_version: int
+    outcome: dict[str, Any]
+    staleness: int | None
+    weight: float | None
+    similarity: float | None
+    batch_size: int
+    answered_at: float | None
+
+
+@dataclass(frozen=True)
+class MeasurementRecord:
+    task_id: str
+    device_model: str
+    batch_size: int
+    compute_time_ms: float
+    predicted_time_ms: float | None
+    energy: float | None
+    predicted_energy: float | None
+    at: float
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    version: int
+    accuracy: float
+    loss: float
+    at: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage of the core: one write method taking domain events, and plain-record reads."""
+
+    def commit(self, events: Sequence[Event]) -> None:
+        """Write ``events`` in order, in one transaction: all of them are durable, or none is."""
+        ...
+
+    def ping(self) -> None:
+        """Raise if storage is unreachable (readiness)."""
+        ...
+
+    # models and versions
+    def active_model(self) -> ModelRecord | None: ...
+    def model(self, model_id: str) -> ModelRecord | None: ...
+    def models(self) -> list[ModelRecord]: ...
+    def graph(self, model_id: str, which: str) -> bytes | None: ...
+    def version_params(self, model_id: str, version: int) -> bytes | None: ...
+    def versions(self, model_id: str) -> list[tuple[int, float]]: ...
+
+    # devices and tasks
+    def device_by_token(self, token_hash: str) -> Device | None: ...
+    def count_devices(self) -> int: ...
+    def lease(self, task_id: str) -> LeaseRecord | None: ...
+    def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]: ...
+
+    # state saved by checkpoints
+    def strategy_state(self, model_id: str) -> dict[str, Any] | None: ...
+    def profiler_states(self) -> dict[str, dict[str, Any]]: ...
+    def counters(self, prefix: str) -> dict[str, int]: ...
+
+    # figures
+    def evaluations(self, model_id: str) -> list[EvaluationRecord]: ...
+    def latest_evaluation(self, model_id: str) -> EvaluationRecord | None: ...
+    def measurements(self, device_model: str, limit: int) -> list[MeasurementRecord]: ...
+    def measurement_counts(self) -> dict[str, tuple[int, float]]: ...

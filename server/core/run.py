@@ -1,0 +1,45 @@
+"""The training run's in-memory state, and the grant event a lease becomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleet_protocol import Manifest
+from server.core.events import TaskGranted
+from server.core.leases import Lease
+from server.strategies import Strategy
+
+
+@dataclass
+class TrainingRun:
+    """The active model's in-memory state: the newest parameters and how training should go on."""
+
+    model_id: str
+    manifest: Manifest
+    params: np.ndarray
+    version: int
+    status: str
+    strategy: Strategy
+    stop_accuracy: float | None = None
+    stop_versions: int | None = None
+    latest_accuracy: float | None = None
+
+
+def granted(lease: Lease, *, similarity: float | None, at: float) -> TaskGranted:
+    """The event of a lease handed out."""
+    return TaskGranted(
+        task_id=lease.task_id,
+        model_id=lease.model_id,
+        device_id=lease.device_id,
+        device_model=lease.device_model,
+        version=lease.version,
+        batch_size=lease.batch_size,
+        similarity=similarity,
+        features=lease.features,
+        predicted_time_ms=lease.predicted_time_ms,
+        predicted_energy=lease.predicted_energy,
+        created_at=at,
+        deadline=lease.deadline,
+    )

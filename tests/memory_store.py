@@ -1,0 +1,213 @@
+"""An in-memory ``Store``: the core's persistence port with no SQL, to test the core through its seam."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from server.core.events import (
+    CounterBumped,
+    DeviceEnrolled,
+    EvaluationRecorded,
+    Event,
+    LeasesExpired,
+    ModelAdded,
+    PushApplied,
+    StateCheckpoint,
+    StatusChanged,
+    StopCriterionSet,
+    TaskGranted,
+)
+from server.core.ports import (
+    AnsweredTask,
+    EvaluationRecord,
+    LeaseRecord,
+    MeasurementRecord,
+    ModelRecord,
+)
+from server.core.types import Device
+
+
+class MemoryStore:
+    """Dictionaries behind the ``Store`` protocol; ``batches`` keeps every commit for inspection."""
+
+    def __init__(self, *, version_retention: int = 200) -> None:
+        self.version_retention = version_retention
+        self.batches: list[list[Event]] = []
+        self.fail_next = False
+        self._lock = threading.Lock()
+        self.models_: dict[str, dict[str, Any]] = {}
+        self.versions_: dict[tuple[str, int], tuple[bytes, float]] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.devices: dict[str, Device] = {}
+        self.evaluations_: dict[str, list[EvaluationRecord]] = {}
+        self.measurements_: list[MeasurementRecord] = []
+        self.counters_: dict[str, int] = {}
+        self.strategies: dict[str, dict[str, Any]] = {}
+        self.profiles: dict[str, dict[str, Any]] = {}
+
+    def commit(self, events: Sequence[Event]) -> None:
+        with self._lock:
+            if self.fail_next:
+                self.fail_next = False
+                raise RuntimeError("disk full")
+            self.batches.append(list(events))
+            for event in events:
+                self._apply(copy.deepcopy(event))
+
+    def _apply(self, e: Event) -> None:  # noqa: C901 - one branch per event type
+        match e:
+            case TaskGranted():
+                self.tasks[e.task_id] = {**e.__dict__, "status": "open", "digest": None, "outcome": None}
+            case PushApplied():
+                task = self.tasks[e.task_id]
+                task.update(status="applied", digest=e.digest, outcome=e.outcome, staleness=e.staleness)
+                task.update(weight=e.weight, answered_at=e.at)
+                self.measurements_.append(
+                    MeasurementRecord(
+                        e.task_id,
+                        e.device_model,
+                        e.batch_size,
+                        e.compute_time_ms,
+                        e.predicted_time_ms,
+                        e.energy,
+                        e.predicted_energy,
+                        e.at,
+                    )
+                )
+                if e.new_version is not None:
+                    v = e.new_version
+                    self.versions_[(v.model_id, v.version)] = (v.params, e.at)
+                    self.models_[v.model_id]["current_version"] = v.version
+                    for key in [k for k in self.versions_ if k[0] == v.model_id]:
+                        if 0 < key[1] <= v.version - self.version_retention:
+                            del self.versions_[key]
+            case StatusChanged():
+                self.models_[e.model_id]["status"] = e.status
+            case StopCriterionSet():
+                model = self.models_[e.model_id]
+                model.update(stop_accuracy=e.target_accuracy, stop_versions=e.max_versions)
+            case EvaluationRecorded():
+                record = EvaluationRecord(e.version, e.accuracy, e.loss, e.at)
+                self.evaluations_.setdefault(e.model_id, []).append(record)
+            case LeasesExpired():
+                for task in self.tasks.values():
+                    if task["status"] == "open" and task["deadline"] < e.before:
+                        task["status"] = "expired"
+            case CounterBumped():
+                self.counters_[e.name] = self.counters_.get(e.name, 0) + e.by
+            case ModelAdded():
+                for model in self.models_.values():
+                    model["active"] = False
+                self.models_[e.model_id] = {
+                    "event": e,
+                    "active": True,
+                    "current_version": 0,
+                    "status": "training",
+                    "stop_accuracy": None,
+                    "stop_versions": None,
+                }
+                self.versions_[(e.model_id, 0)] = (e.init_params, e.at)
+            case DeviceEnrolled():
+                self.devices[e.token_hash] = Device(e.device_id, e.device_model)
+            case StateCheckpoint():
+                if e.model_id is not None and e.strategy is not None:
+                    self.strategies[e.model_id] = e.strategy
+                self.profiles.update(e.profiles)
+
+    def ping(self) -> None:
+        """Always reachable."""
+
+    def _record(self, model_id: str) -> ModelRecord:
+        m = self.models_[model_id]
+        e: ModelAdded = m["event"]
+        return ModelRecord(
+            e.model_id,
+            e.name,
+            e.manifest_json,
+            e.at,
+            m["active"],
+            m["current_version"],
+            m["status"],
+            m["stop_accuracy"],
+            m["stop_versions"],
+        )
+
+    def active_model(self) -> ModelRecord | None:
+        return next((self._record(k) for k, m in self.models_.items() if m["active"]), None)
+
+    def model(self, model_id: str) -> ModelRecord | None:
+        return self._record(model_id) if model_id in self.models_ else None
+
+    def models(self) -> list[ModelRecord]:
+        return [self._record(k) for k in self.models_]
+
+    def graph(self, model_id: str, which: str) -> bytes | None:
+        if model_id not in self.models_:
+            return None
+        event: ModelAdded = self.models_[model_id]["event"]
+        return event.train_onnx if which == "train" else event.infer_onnx
+
+    def version_params(self, model_id: str, version: int) -> bytes | None:
+        stored = self.versions_.get((model_id, version))
+        return None if stored is None else stored[0]
+
+    def versions(self, model_id: str) -> list[tuple[int, float]]:
+        return sorted((v, at) for (m, v), (_, at) in self.versions_.items() if m == model_id)
+
+    def device_by_token(self, token_hash: str) -> Device | None:
+        return self.devices.get(token_hash)
+
+    def count_devices(self) -> int:
+        return len(self.devices)
+
+    def lease(self, task_id: str) -> LeaseRecord | None:
+        t = self.tasks.get(task_id)
+        if t is None:
+            return None
+        return LeaseRecord(**{k: t[k] for k in LeaseRecord.__dataclass_fields__})
+
+    def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]:
+        done = [t for t in self.tasks.values() if t["model_id"] == model_id and t["status"] == "applied"]
+        done.sort(key=lambda t: t["answered_at"], reverse=True)
+        return [
+            AnsweredTask(
+                t["task_id"],
+                t["device_model"],
+                t["version"],
+                t["outcome"],
+                t["staleness"],
+                t["weight"],
+                t["similarity"],
+                t["batch_size"],
+                t["answered_at"],
+            )
+            for t in done[:limit]
+        ]
+
+    def strategy_state(self, model_id: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.strategies.get(model_id))
+
+    def profiler_states(self) -> dict[str, dict[str, Any]]:
+        return copy.deepcopy(self.profiles)
+
+    def counters(self, prefix: str) -> dict[str, int]:
+        return {k.removeprefix(prefix): v for k, v in self.counters_.items() if k.startswith(prefix)}
+
+    def evaluations(self, model_id: str) -> list[EvaluationRecord]:
+        return list(self.evaluations_.get(model_id, []))
+
+    def latest_evaluation(self, model_id: str) -> EvaluationRecord | None:
+        return (self.evaluations_.get(model_id) or [None])[-1]
+
+    def measurements(self, device_model: str, limit: int) -> list[MeasurementRecord]:
+        return [m for m in self.measurements_ if m.device_model == device_model][-limit:]
+
+    def measurement_counts(self) -> dict[str, tuple[int, float]]:
+        counts: dict[str, tuple[int, float]] = {}
+        for m in self.measurements_:
+            n, last = counts.get(m.device_model, (0, 0.0))
+            counts[m.device_model] = (n + 1, max(last, m.at))
+        return counts
