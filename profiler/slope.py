@@ -54,7 +54,9 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
     C : PA-I aggressiveness cap (``eta0`` of the SGDRegressor), in units of ``y_scale_``.
     epsilon : width of the ε-insensitive tube, in the units of α (e.g. ms per sample).
     alpha_floor_fraction : predictions are floored at this fraction of the smallest positive
-        training slope (guards α̂ ≤ 0).
+        training slope (guards α̂ ≤ 0); a personal model's floor also goes down to this fraction of
+        the smallest slope its device model measured, so a device faster than all the training data
+        (or than the built-in prior's constant) is not held back by a floor it has already disproved.
     scale_target : learn α / mean|α_boot| in the PA models (see module docstring); False gives the
         literal PA-I on raw α.
     max_pairs : how many observed (features, α) pairs to keep for ``refit_cold_start``.
@@ -121,6 +123,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         self.pairs_ = deque(maxlen=self.max_pairs)
         self.models_ = {}
         self.n_updates_ = {}
+        self.min_alpha_ = {}
         self._fit_cold(z, self.boot_y_)
         self._make_template()
         self._fast_personal: dict[str, list[float]] = {}
@@ -160,7 +163,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, ensure_all_finite="allow-nan", dtype=np.float64, reset=False)
         z = _augment(self._standardise(X))
         theta = np.asarray(self._theta(device_model))
-        return np.maximum(self.y_scale_ * (z @ theta), self.alpha_floor_)
+        return np.maximum(self.y_scale_ * (z @ theta), self._floor(device_model))
 
     def has_personal(self, device_model: str) -> bool:
         """Whether ``device_model`` has a personalised model (else predictions use the cold start)."""
@@ -176,7 +179,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         acc = theta[0]
         for t, v in zip(theta[1:], z, strict=True):
             acc += t * v
-        return max(self.y_scale_ * acc, self.alpha_floor_), personal
+        return max(self.y_scale_ * acc, self._floor(device_model) if personal else self.alpha_floor_), personal
 
     def observe_one(self, values: list[float | None], alpha: float, device_model: str) -> SlopeRegressor:
         """Fast path of ``partial_fit`` for one request's raw feature values (no re-validation of X)."""
@@ -231,6 +234,7 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         self._set_cold_theta()
         self.models_ = {}
         self.n_updates_ = {}
+        self.min_alpha_ = {}
         self._fast_personal = {}
         self._make_template()
         return self
@@ -241,7 +245,12 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         reg = self.models_.get(device_model)
         if reg is None:
             return None
-        return {"coef": reg.coef_.tolist(), "t": float(reg.t_), "n_updates": self.n_updates_[device_model]}
+        return {
+            "coef": reg.coef_.tolist(),
+            "t": float(reg.t_),
+            "n_updates": self.n_updates_[device_model],
+            "min_alpha": self.min_alpha_.get(device_model),
+        }
 
     def load_device_state(self, device_model: str, state: dict[str, Any] | None) -> SlopeRegressor:
         """Restore one device model's personal model saved by ``device_state`` (None removes it)."""
@@ -249,10 +258,15 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         if state is None:
             self.models_.pop(device_model, None)
             self.n_updates_.pop(device_model, None)
+            self.min_alpha_.pop(device_model, None)
             self._fast_personal.pop(device_model, None)
             return self
         self.models_[device_model] = self._pa_from_coef(np.array(state["coef"], dtype=np.float64), state["t"])
         self.n_updates_[device_model] = int(state["n_updates"])
+        if state.get("min_alpha") is not None:  # absent in states saved before the per-device floor
+            self.min_alpha_[device_model] = float(state["min_alpha"])
+        else:
+            self.min_alpha_.pop(device_model, None)
         self._fast_personal[device_model] = list(state["coef"])
         return self
 
@@ -331,6 +345,13 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         reg.n_features_in_ = theta.shape[0]
         return reg
 
+    def _floor(self, device_model: str | None) -> float:
+        """The floor of α̂: the training data's, lowered by what this device model itself measured."""
+        measured = self.min_alpha_.get(device_model) if device_model is not None else None
+        if measured is None:
+            return self.alpha_floor_
+        return min(self.alpha_floor_, self.alpha_floor_fraction * measured)
+
     def _theta(self, device_model: str | None) -> np.ndarray:
         """θ of the personal model if any, else of the cold start."""
         reg = self.models_.get(device_model) if device_model is not None else None
@@ -356,6 +377,10 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
             pa1_step(reg.coef_, x, float(target), self.C, epsilon)
         reg.t_ += len(y)
         self.n_updates_[device_model] += len(y)
+        positive = y[y > 0]
+        if positive.size:
+            seen = self.min_alpha_.get(device_model, math.inf)
+            self.min_alpha_[device_model] = min(seen, float(positive.min()))
         self._fast_personal[device_model] = reg.coef_.tolist()
         for row, alpha in zip(z, y, strict=True):
             self.pairs_.append((tuple(row.tolist()), float(alpha)))
