@@ -179,7 +179,8 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         acc = theta[0]
         for t, v in zip(theta[1:], z, strict=True):
             acc += t * v
-        return max(self.y_scale_ * acc, self._floor(device_model) if personal else self.alpha_floor_), personal
+        floor = self._floor(device_model) if personal else self.alpha_floor_
+        return max(self.y_scale_ * acc, floor), personal
 
     def observe_one(self, values: list[float | None], alpha: float, device_model: str) -> SlopeRegressor:
         """Fast path of ``partial_fit`` for one request's raw feature values (no re-validation of X)."""
