@@ -79,7 +79,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     )
 
 
-def _shares(shares: dict[str, float]) -> str:
+def shares(shares: dict[str, float]) -> str:
     """'0.48 / 0.61': the share of each profiler's tasks over the SLO."""
     return " / ".join(f"{shares[k]:.2f}" if k in shares else "n/a" for k in ("iprof", "maui"))
 
@@ -109,11 +109,11 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, fast: dict[st
             f"{f(s['sim_iprof_p90_s_140_tasks_mean'])} s | | | |",
             f"| live, one worker per core at a time | 0.5 s | {s['live_tasks_per_profiler']} | "
             f"{f(s['live_iprof_p90_fraction'])} of SLO | {f(s['live_maui_p90_fraction'])} of SLO | "
-            f"{_shares(s['live_over_slo_share'])} | ≤ 0.25, goal 0.17 |",
+            f"{shares(s['live_over_slo_share'])} | ≤ 0.25, goal 0.17 |",
             f"| live, workers sharing cores | 0.5 s | {s['live_shared_tasks_per_profiler']} | "
             f"{f(s['live_shared_iprof_p90_fraction'])} of SLO | "
             f"{f(s['live_shared_maui_p90_fraction'])} of SLO | "
-            f"{_shares(s['live_shared_over_slo_share'])} | |",
+            f"{shares(s['live_shared_over_slo_share'])} | |",
             "",
             f"I-Prof runs `fleet serve`'s default settings `{json.dumps(s['iprof_params'])}` "
             "(`profiler.defaults`, chosen by `fleet experiment profiler-tune` on a validation split of the",
