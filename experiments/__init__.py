@@ -21,6 +21,7 @@ EXPERIMENTS: dict[str, str] = {
     "wire-float16": "experiments.wire_float16",
     "profiler-time": "experiments.profiler_time",
     "profiler-energy": "experiments.profiler_energy",
+    "profiler-tune": "experiments.profiler_tune",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.profiler_sim import PA_C, SCALE_FLOOR, Z_CLIP
+from experiments.profiler_sim import EPSILON_FRACTION
+from profiler.defaults import TUNED_PARAMS
 from server.process import ENROLL, ServerProcess
 from sim.bootstrap import write_bootstrap
 from sim.devices import split_roles
@@ -122,15 +123,8 @@ def run_live(
         boot_rows = _bootstrap(work, shards, kind, slo, quick, seed)
         boot_path = write_bootstrap(boot_rows, work / "bootstrap.csv")
         key = "time_slope_ms" if kind == "time" else "energy_slope"
-        epsilon = 0.01 * float(np.mean([r[key] for r in boot_rows]))
-        params = {
-            "relative_memory": True,
-            "personal_init": "level",
-            "z_clip": Z_CLIP,
-            "scale_floor": SCALE_FLOOR,
-            "C": PA_C,
-            ("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon,
-        }
+        epsilon = EPSILON_FRACTION * float(np.mean([r[key] for r in boot_rows]))
+        params = {**TUNED_PARAMS, ("time_epsilon" if kind == "time" else "energy_epsilon"): epsilon}
         settings: dict[str, object] = {
             "time_slo_ms": slo if kind == "time" else 600_000.0,
             "max_batch": 20000,
@@ -215,6 +209,8 @@ def run_live_pair(
         "live_iprof_p90_fraction": stats.get("iprof", {}).get("p90_fraction_of_slo"),
         "live_maui_p90_fraction": stats.get("maui", {}).get("p90_fraction_of_slo"),
         "live_tasks_per_profiler": {k: v["tasks"] for k, v in stats.items()},
+        "live_over_slo_share": {k: v["over_slo_share"] for k, v in stats.items()},
+        "live_shared_over_slo_share": {k: v["over_slo_share"] for k, v in shared_stats.items()},
         "live_breakdown": live_breakdown(live["records"], kind, slo),
         "live_shared_iprof_p90_fraction": shared_stats.get("iprof", {}).get("p90_fraction_of_slo"),
         "live_shared_maui_p90_fraction": shared_stats.get("maui", {}).get("p90_fraction_of_slo"),

@@ -17,19 +17,19 @@ SETUP_NOTES = """## Set-up
   both learn from every measurement. 28 requests per test phone = 280 tasks per profiler (the thesis's
   "about 280 tasks"; the "first 14 requests" row is the other reading, 140 per profiler, where the
   20 cold-start tasks weigh twice as much).
-- **I-Prof settings.** ε = 1% of the bootstrap's mean slope (the thesis's 0.1 ms is 1% of a phone's
-  slope; for energy the thesis's 6e-5 is larger than our slopes and would stop learning), PA-I cap
-  C = 1 in units of the mean slope (thesis 0.1; needed live, where the cold start is 5-10x off),
-  available memory fed as a fraction of total memory (raw bytes within one phone swing by hundreds
-  of MB and the cold start's between-phone coefficient turns that into slope noise: p90 of the
-  personal tasks went from 0.90 s to 0.58 s in simulation), personal models started from the cold
-  start's prediction with zero feature coefficients (`personal_init="level"`: the cold start's
-  coefficients are between-phone ones, confounded, e.g. fast phones run hotter; simulated p90 over
-  280 tasks 0.85 s → 0.55 s), standardised features clipped at ±3 (`z_clip`) and standardised by
-  at least 5% of their mean (`scale_floor`): the short live bootstrap has almost no spread in memory
-  and temperature, and live readings otherwise landed 10-50 σ away and swung the personal models.
-  The defaults of `IProf` are unchanged (the spec's behaviour); these are the experiments'
-  settings, passed by `FLEET_PROFILER_PARAMS` live.
+- **I-Prof settings.** `fleet serve`'s defaults (`profiler.defaults.TUNED_PARAMS`), chosen by
+  `fleet experiment profiler-tune` on a validation split: the 16 bootstrap phones in 4 folds (cold
+  start on 12, scored on the other 4), seeds 1000-1004; the 20 test phones and seeds 0-4 reported
+  here never took part. Personal models start from the cold start's prediction with zero feature
+  coefficients (`personal_init="level"`: the cold start's coefficients are between-phone ones,
+  confounded, e.g. fast phones run hotter), standardised features clipped at ±3 (`z_clip`) and
+  standardised by at least 5% of their mean (`scale_floor`: the short live bootstrap has almost no
+  spread in memory and temperature, and live readings otherwise land 10-50 σ away), PA-I cap C = 1
+  in units of the mean slope (thesis 0.1). Available memory as a fraction of total memory, used
+  before, lost on the validation split (p90 0.589 s vs 0.557 s) and is off. ε = 1% of the
+  bootstrap's mean slope (the thesis's 0.1 ms is 1% of a phone's slope; for energy the thesis's
+  6e-5 is larger than our slopes and would stop learning). Live, the same settings reach the server
+  through `FLEET_PROFILER_PARAMS` (plus ε).
 - **Live.** A real `fleet serve` on loopback with `FLEET_PROFILER_BASELINE=maui`; real worker
   processes (`client.Worker`, onnxruntime, the MNIST CNN, batches sampled with replacement from the
   worker's shard) pinned with `os.sched_setaffinity` to core 0, core 1 or both, with 1 or 2 threads,

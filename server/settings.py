@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from profiler.defaults import TUNED_PARAMS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEET_", env_file=".env", extra="ignore")
@@ -42,8 +44,8 @@ class Settings(BaseSettings):
     min_batch: int = Field(1, ge=1)
     max_batch: int = Field(1000, ge=1)
     profiler_bootstrap: Path | None = None
-    # extra IProf hyperparameters, e.g. {"time_epsilon": 0.01, "personal_init": "level"}
-    profiler_params: dict[str, float | bool | str] = {}
+    # IProf hyperparameters; default the tuned ones (profiler.defaults), a value replaces them as a whole
+    profiler_params: dict[str, float | bool | str] = Field(default_factory=lambda: dict(TUNED_PARAMS))
     profiler_baseline: Literal["none", "maui"] = "none"  # "maui": alternate requests with MAUI (experiments)
 
     # protocol limits

@@ -25,3 +25,19 @@ def test_quick_experiment_writes_png_json_markdown(name: str, tmp_path) -> None:
     key = "sim_iprof_p90_s" if name == "profiler-time" else "sim_iprof_p90_percent"
     other = key.replace("iprof", "maui")
     assert summary[key] < summary[other]  # I-Prof beats MAUI in simulation even in quick mode
+
+
+def test_tuning_never_sees_the_reported_phones_or_seeds() -> None:
+    """profiler-tune scores held-out bootstrap phones only; each fold's cold start excludes them."""
+    from experiments.profiler_tune import TUNING_SEEDS, folds
+    from sim.devices import load_catalog, split_roles
+
+    boot, test = split_roles(load_catalog())
+    splits = folds(boot)
+    held_out = [s.name for _, out in splits for s in out]
+    assert sorted(held_out) == sorted(s.name for s in boot)  # every bootstrap phone scored once
+    for train, out in splits:
+        assert not {s.name for s in train} & {s.name for s in out}
+    assert not set(held_out) & {s.name for s in test}
+    generator_seeds = {100 * s + f for s in TUNING_SEEDS for f in range(len(splits))}
+    assert not generator_seeds & set(range(5))  # the reported experiments run seeds 0-4
