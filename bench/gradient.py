@@ -78,7 +78,7 @@ def measure(
         "onnxruntime_ms": round(ort, 3),
         "torch_ms": round(ref, 3),
         "ratio": round(ort / ref, 3),
-        "max |Δ gradient|": float(f"{max_error:.2g}"),
+        "max abs Δ gradient": float(f"{max_error:.2g}"),
         "target": f"≤ {TARGETS[name]}",
         "met": ort / ref <= TARGETS[name],
     }

@@ -20,9 +20,10 @@ import numpy as np
 from client import GradientSession
 from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
+from server.core.coordinator import Coordinator
 from server.core.errors import InvalidInput
 from server.core.evaluation import Evaluator
-from server.core.types import TaskGrant, TaskRequest, TaskResult
+from server.core.types import Device, PushOutcome, TaskGrant, TaskRequest, TaskResult
 from server.strategies import Strategy
 from sim.data import Dataset
 from sim.harness import BatchSizer, VirtualClock, build_core
@@ -120,7 +121,7 @@ def stream(seed: int, purpose: int) -> np.random.Generator:
     return np.random.default_rng([seed, purpose])
 
 
-def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:  # noqa: C901 - split with the experiment changes
+def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:
     """Train until ``cap`` updates (or the target, or divergence) and return the evaluated curve."""
     started = time.perf_counter()
     clock = VirtualClock()
@@ -161,34 +162,54 @@ def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:  # noqa: C
         if not isinstance(grant, TaskGrant):
             result.rejected += 1
             continue
-        batch = sample.choice(config.parts[d], size=grant.batch_size, replace=True)
-        params = core.catalog.params(grant.model_id, grant.version)
-        t0 = time.perf_counter()
-        loss, gradient = bench.gradients.loss_and_gradient(params, bench.train.x[batch], bench.train.y[batch])
-        result.seconds_gradient += time.perf_counter() - t0
-        result.gradients += 1
-        if not (math.isfinite(loss) and np.isfinite(gradient).all()):
-            result.diverged = True
-            break
-        counts = np.bincount(bench.train.y[batch], minlength=bench.num_classes)
-        body = TaskResult(counts, float(loss), 1.0, None, int(grant.batch_size), gradient, grant.task_id)
-        try:
-            outcome = core.submit(devices[d], grant.task_id, body)
-        except InvalidInput:
-            result.diverged = True
+        outcome = _compute_and_push(bench, core, devices[d], config.parts[d], grant, sample, result)
+        if outcome is None:
             break
         result.staleness.append(outcome.staleness)
         result.weights.append(outcome.weight)
         if outcome.applied and outcome.version % config.eval_every == 0:
             evaluate(outcome.version)
-            if not math.isfinite(result.loss[-1]):
-                result.diverged = True
-                break
-            if config.stop_at_target and result.accuracy[-1] >= config.target:
-                break
-            if config.stop_recall is not None and result.first_recall_at(config.stop_recall) is not None:
+            if _stops_after_evaluation(result, config):
                 break
     if config.max_requests is not None and (not result.updates or result.updates[-1] != core.run.version):
         evaluate(core.run.version)
     result.seconds_total = time.perf_counter() - started
     return result
+
+
+def _compute_and_push(
+    bench: Workbench,
+    core: Coordinator,
+    device: Device,
+    part: np.ndarray,
+    grant: TaskGrant,
+    sample: np.random.Generator,
+    result: RunResult,
+) -> PushOutcome | None:
+    """The task's real gradient on a mini-batch of the device's part, pushed; None once the run diverged."""
+    batch = sample.choice(part, size=grant.batch_size, replace=True)
+    params = core.catalog.params(grant.model_id, grant.version)
+    t0 = time.perf_counter()
+    loss, gradient = bench.gradients.loss_and_gradient(params, bench.train.x[batch], bench.train.y[batch])
+    result.seconds_gradient += time.perf_counter() - t0
+    result.gradients += 1
+    if not (math.isfinite(loss) and np.isfinite(gradient).all()):
+        result.diverged = True
+        return None
+    counts = np.bincount(bench.train.y[batch], minlength=bench.num_classes)
+    body = TaskResult(counts, float(loss), 1.0, None, int(grant.batch_size), gradient, grant.task_id)
+    try:
+        return core.submit(device, grant.task_id, body)
+    except InvalidInput:
+        result.diverged = True
+        return None
+
+
+def _stops_after_evaluation(result: RunResult, config: RunConfig) -> bool:
+    """Whether the newest evaluation ends the run: divergence, the target, or the recall criterion."""
+    if not math.isfinite(result.loss[-1]):
+        result.diverged = True
+        return True
+    if config.stop_at_target and result.accuracy[-1] >= config.target:
+        return True
+    return config.stop_recall is not None and result.first_recall_at(config.stop_recall) is not None
