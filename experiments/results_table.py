@@ -229,8 +229,7 @@ def table(results: Path) -> str:
     lines = ["| claim | measured | thesis / target | file |", "|---|---|---|---|"]
     for section in SECTIONS:
         lines += [
-            f"| {claim} | {measured} | {target} | {file} |"
-            for claim, measured, target, file in section(results)
+            "| " + " | ".join(cell.replace("|", r"\|") for cell in row) + " |" for row in section(results)
         ]
     return "\n".join(lines)
 
