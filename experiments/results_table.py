@@ -164,6 +164,14 @@ def profiler_rows(results: Path) -> Iterator[Row]:
             "≤ 0.01% (0.19%)",
             _link("profiler-energy.md"),
         )
+        for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
+            if s.get(f"{key}_iprof_p90_fraction") is not None:
+                yield (
+                    f"I-Prof (MAUI) p90 energy deviation / SLO, live, {label}",
+                    f"{s[f'{key}_iprof_p90_fraction']:.2f} ({s[f'{key}_maui_p90_fraction']:.2f})",
+                    "≤ 0.133 (I-Prof below MAUI)",
+                    _link("profiler-energy.md"),
+                )
         yield (
             "share of tasks over the energy SLO, simulation: I-Prof (MAUI)",
             _pair(s, "sim_iprof_over_slo_share_mean", "sim_maui_over_slo_share_mean"),
