@@ -23,6 +23,7 @@ def _logging(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugin INFO lines at every start
 
 
 @app.command()
