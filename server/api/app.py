@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 
 from server.api.bodylimit import BodyLimit
 from server.api.metrics import Metrics
@@ -65,7 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 loop.join(timeout=10)
             coordinator.close()
 
-    app = FastAPI(
+    # /docs and /redoc with their assets served by the coordinator itself: no CDN on a private network
+    app = FastAPIOffline(
+        static_url="/docs-assets",
         title="Fleet coordinator",
         version="0.1.0",
         lifespan=lifespan,
