@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     version_retention: int = Field(200, ge=1)
     rate_limit_per_second: float = Field(10.0, gt=0)
     rate_limit_burst: int = Field(30, ge=1)
+    enroll_rate_per_second: float = Field(10.0, gt=0)  # per client address
+    enroll_burst: int = Field(250, ge=1)  # a 200-device fleet behind one address enrolls at once
 
     # evaluation and stop criterion
     eval_data: Path | None = None  # npz with x (N, ...) and y (N,)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
@@ -32,6 +36,24 @@ from server.settings import Settings, get_settings
 
 log = logging.getLogger("fleet.server")
 STATUS = {NotFound: 404, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput: 422}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by its JSON5 spelling (``"NaN"``, ``"Infinity"``):
+    a validation error echoes the input, and strict JSON cannot carry those numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 ``{"detail": [{"loc", "msg", "type", "input"}]}``, always serialisable (FastAPI's own handler
+    fails with a 500 when the rejected input holds a NaN or an Infinity)."""
+    return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -75,9 +97,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.",
     )
     app.state.metrics = Metrics()
+    # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
+    app.state.enroll_limiter = RateLimiter(rate=settings.enroll_rate_per_second, burst=settings.enroll_burst)
     app.state.max_body_bytes = settings.max_body_bytes
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
 
     @app.exception_handler(CoordinatorError)
     async def coordinator_error(request: Request, exc: CoordinatorError) -> JSONResponse:

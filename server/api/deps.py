@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 from typing import Annotated
 
@@ -10,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.api.metrics import Metrics
+from server.api.ratelimit import RateLimiter
 from server.core.coordinator import Coordinator
 from server.core.types import Device
 
@@ -35,9 +37,20 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _over_limit(limiter: RateLimiter, key: str) -> None:
+    """429 with a Retry-After when ``key`` is over its rate (token bucket)."""
+    wait = limiter.acquire(key)
+    if wait > 0:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            "request rate limit exceeded",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+
+
 async def current_device(request: Request, credentials: Credentials) -> Device:
-    """The calling device, within its request rate: one dependency, as every device request pays for
-    each node FastAPI resolves."""
+    """The calling device (401 without a valid bearer token). Not rate-limited: a push answers a grant
+    the coordinator issued, so the limit on task requests already bounds it."""
     if credentials is None:
         raise _unauthorized("missing bearer token")
     coordinator: Coordinator = request.app.state.coordinator
@@ -47,17 +60,25 @@ async def current_device(request: Request, credentials: Credentials) -> Device:
         device = await run_in_threadpool(coordinator.devices.authenticate, token)
     if device is None:
         raise _unauthorized("unknown device token")
-    wait = request.app.state.rate_limiter.acquire(device.device_id)
-    if wait > 0:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            "request rate limit exceeded",
-            headers={"Retry-After": str(max(1, round(wait)))},
-        )
     return device
 
 
-LimitedDevice = Annotated[Device, Depends(current_device)]
+async def limited_device(request: Request, credentials: Credentials) -> Device:
+    """The calling device, within its task-request rate (one dependency: each node FastAPI resolves
+    costs every device request)."""
+    device = await current_device(request, credentials)
+    _over_limit(request.app.state.rate_limiter, device.device_id)
+    return device
+
+
+async def enrollment_rate(request: Request) -> None:
+    """Enrollment within its rate per client address (no device identity exists yet)."""
+    address = request.client.host if request.client is not None else "unknown"
+    _over_limit(request.app.state.enroll_limiter, address)
+
+
+AuthenticatedDevice = Annotated[Device, Depends(current_device)]
+LimitedDevice = Annotated[Device, Depends(limited_device)]
 
 
 def require_admin(request: Request, credentials: Credentials) -> None:

@@ -44,7 +44,7 @@ from server.core.ports import Profiler, Store
 from server.core.profiles import ProfilerView
 from server.core.run import TrainingRun, granted
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
-from server.core.validation import validate_result
+from server.core.validation import validate_features, validate_result
 from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
@@ -160,6 +160,7 @@ class Coordinator:
             counts = np.asarray(request.label_counts)
             if counts.shape != (run.manifest.num_classes,) or (counts < 0).any():
                 raise InvalidInput(f"label_counts must be {run.manifest.num_classes} non-negative counts")
+            validate_features(request.features)
             decision = self.profiler.batch_size(request.device.device_model, request.features)
             terms = run.strategy.terms_for(device_id=request.device.device_id, label_counts=counts)
             reason = self.admission.check(decision.batch_size, terms.similarity)
@@ -258,7 +259,12 @@ class Coordinator:
             raise Gone("the task's lease expired")
         if run is None or run.model_id != lease.model_id or run.status == "finished":
             raise TrainingFinished("the task's model is no longer training")
-        validate_result(run.manifest, result, max_gradient_norm=self.max_gradient_norm)
+        validate_result(
+            run.manifest,
+            result,
+            max_gradient_norm=self.max_gradient_norm,
+            granted_batch_size=lease.batch_size,
+        )
         arrival = Arrival(
             task_id=lease.task_id,
             device_id=lease.device_id,
@@ -424,4 +430,3 @@ class Coordinator:
                 "strategy": run.strategy.describe() if run else None,
                 **self.recent.summary(),
             }
-

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import secrets
 
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from server.api.deps import CoordinatorDep
+from server.api.deps import CoordinatorDep, enrollment_rate
 from server.api.schemas import EnrollIn, EnrollOut
 
 router = APIRouter(prefix="/devices", tags=["devices"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=EnrollOut)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=EnrollOut,
+    dependencies=[Depends(enrollment_rate)],
+    responses={429: {"description": "over the enrollment rate of this client address (Retry-After)"}},
+)
 async def enroll(body: EnrollIn, request: Request, coordinator: CoordinatorDep) -> EnrollOut:
     if not secrets.compare_digest(body.enrollment_key.encode(), request.app.state.enrollment_key.encode()):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong enrollment key")

@@ -10,12 +10,13 @@ from dataclasses import asdict, replace
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_tensor, push_digest
-from server.api.deps import CoordinatorDep, LimitedDevice
+from server.api.deps import AuthenticatedDevice, CoordinatorDep, LimitedDevice
 from server.api.metrics import Metrics
 from server.api.schemas import ResultMeta, TaskIn
 from server.core.journal import Ticket
@@ -81,15 +82,42 @@ async def durable(ticket: Ticket | None, timeout: float = 60.0) -> None:
         raise ticket.error
 
 
-async def _read_push(request: Request) -> tuple[bytes, bytes]:
-    """(meta JSON, gradient bytes) of a push: a raw body with the meta in the ``Fleet-Meta`` header (what
-    the device client sends: nothing to parse), or multipart/form-data with parts ``meta`` + ``gradient``."""
+META_HEADER_LOC = ("header", "Fleet-Meta")
+META_PART_LOC = ("body", "meta")
+
+
+def _missing(loc: tuple[str, ...], msg: str) -> RequestValidationError:
+    """A missing piece of a push, in FastAPI's validation-error shape (one error shape for every 422
+    about the request's form; the domain refusals keep a sentence)."""
+    return RequestValidationError([{"type": "missing", "loc": loc, "msg": msg, "input": None}])
+
+
+def parse_meta(meta_bytes: bytes, loc: tuple[str, ...]) -> ResultMeta:
+    """The push's meta, or a 422 whose ``detail`` lists the errors with ``loc`` starting at the header
+    (raw push) or at the multipart part: the same ``{"loc", "msg", "type"}`` list as a JSON body's."""
+    try:
+        data = json.loads(meta_bytes)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": loc, "msg": f"meta is not valid JSON: {exc}", "input": None}]
+        ) from exc
+    try:
+        return ResultMeta.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        raise RequestValidationError([{**error, "loc": (*loc, *error["loc"])} for error in errors]) from exc
+
+
+async def _read_push(request: Request) -> tuple[bytes, bytes, tuple[str, ...]]:
+    """(meta JSON, gradient bytes, where the meta came from) of a push: a raw body with the meta in the
+    ``Fleet-Meta`` header (what the device client sends: nothing to parse), or multipart/form-data with
+    parts ``meta`` + ``gradient``."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("application/octet-stream"):
         meta = request.headers.get("fleet-meta")
         if meta is None:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the Fleet-Meta header is missing")
-        return meta.encode("latin-1"), await request.body()
+            raise _missing(META_HEADER_LOC, "the Fleet-Meta header is missing")
+        return meta.encode("latin-1"), await request.body(), META_HEADER_LOC
     if not content_type.startswith("multipart/form-data"):
         raise HTTPException(
             status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
@@ -103,34 +131,26 @@ async def _read_push(request: Request) -> tuple[bytes, bytes]:
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"malformed multipart body: {exc}"
         ) from exc
     try:
-        return await _part_bytes(form.get("meta"), "meta"), await _part_bytes(
-            form.get("gradient"), "gradient"
-        )
+        meta = await _part_bytes(form.get("meta"), "meta")
+        return meta, await _part_bytes(form.get("gradient"), "gradient"), META_PART_LOC
     finally:
         await form.close()
 
 
 async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
     if value is None:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"multipart part {name!r} is missing")
+        raise _missing(("body", name), f"multipart part {name!r} is missing")
     return await value.read() if isinstance(value, UploadFile) else value.encode()
 
 
 @router.post("/{task_id}/result", response_model=PushOutcome)
 async def push_result(
-    task_id: str, request: Request, device: LimitedDevice, coordinator: CoordinatorDep
+    task_id: str, request: Request, device: AuthenticatedDevice, coordinator: CoordinatorDep
 ) -> PushOutcome:
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
-    meta_bytes, gradient_bytes = await _read_push(request)
-    try:
-        meta = ResultMeta.model_validate(json.loads(meta_bytes))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is not valid JSON: {exc}") from exc
-    except ValidationError as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"meta is invalid: {exc.errors()}"
-        ) from exc
+    meta_bytes, gradient_bytes, meta_loc = await _read_push(request)
+    meta = parse_meta(meta_bytes, meta_loc)
     try:
         gradient = decode_tensor(gradient_bytes, meta.encoding)
     except WireError as exc:
