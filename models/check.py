@@ -7,11 +7,12 @@ up front. Needs numpy and onnxruntime only (imported when a check runs): no torc
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fleet_protocol.manifest import Bundle, Manifest, read_zip
+from fleet_protocol.manifest import BUNDLE_FILES, Bundle, Manifest, read_zip
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -32,6 +33,19 @@ def bundle_from_files(files: dict[str, bytes]) -> Bundle:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise BundleError(f"manifest.json or init.bin: {detail}") from exc
+
+
+def load_checked(path: str | Path) -> Bundle:
+    """The bundle in a directory or a zip file (what ``fleet model check`` reads), parsed and checked."""
+    path = Path(path)
+    if not path.is_dir():
+        return load_checked_zip(path.read_bytes())
+    missing = [name for name in BUNDLE_FILES if not (path / name).is_file()]
+    if missing:
+        raise BundleError(f"bundle is missing {', '.join(missing)}")
+    bundle = bundle_from_files({name: (path / name).read_bytes() for name in BUNDLE_FILES})
+    check_bundle(bundle)
+    return bundle
 
 
 def load_checked_zip(data: bytes) -> Bundle:
