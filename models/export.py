@@ -73,9 +73,10 @@ def export_module(
     x = torch.zeros(TRACE_BATCH, *input_shape)  # tracing only needs shapes and dtypes
     y = torch.zeros(TRACE_BATCH, dtype=torch.int64)
     params = tuple(p.detach() for p in named.values())
-    # Float buffers (BatchNorm's running statistics) are traced as inputs, then baked into the graphs as
-    # constants: traced as constants they would pin the batch dimension to the tracing batch.
-    buffers = {k: b.detach() for k, b in module.named_buffers() if b.is_floating_point()}
+    # Frozen parameters and float buffers (BatchNorm's running statistics) are traced as inputs, then baked
+    # into the graphs as constants: traced as constants they would pin the batch dimension.
+    buffers = {k: p.detach() for k, p in module.named_parameters() if not p.requires_grad}
+    buffers.update((k, b.detach()) for k, b in module.named_buffers() if b.is_floating_point())
     buffer_inputs = [f"buffer.{k}" for k in buffers]
     state_names = [*names, *buffers]
     constants = {i: b.numpy() for i, b in zip(buffer_inputs, buffers.values(), strict=True)}
