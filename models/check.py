@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import onnxruntime as ort
 
 CHECK_BATCH = 3  # > 1, so a graph whose batch dimension was specialised to 1 is caught
+MAX_EXAMPLE_VALUES = 1 << 24  # the synthetic batch stays under ~200 MB whatever the manifest claims
 FLOAT = "tensor(float)"
 INT64 = "tensor(int64)"
 
@@ -29,10 +30,43 @@ class BundleError(ValueError):
 def bundle_from_files(files: dict[str, bytes]) -> Bundle:
     """Parse the four files into a Bundle, turning every parsing failure into a ``BundleError``."""
     try:
-        return Bundle.from_files(files)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        bundle = Bundle.from_files(files)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
         detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         raise BundleError(f"manifest.json or init.bin: {detail}") from exc
+    _check_manifest_types(bundle.manifest)
+    return bundle
+
+
+def _check_manifest_types(manifest: Manifest) -> None:
+    """JSON lets ``"shape": [2.0]`` or ``"name": 7`` through the parser; the graphs need ints and names."""
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(manifest.name, str) or not manifest.name:
+        raise BundleError("manifest.json: name must be a non-empty string")
+    names = [p.name for p in manifest.params]
+    if not names:
+        raise BundleError("manifest.json: no parameters")
+    if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+        raise BundleError("manifest.json: parameter names must be distinct non-empty strings")
+    shapes = [d for p in manifest.params for d in p.shape]
+    if not all(is_int(d) for d in [*shapes, *manifest.input_shape, manifest.num_classes]):
+        raise BundleError("manifest.json: shapes, input_shape and num_classes must be integers")
+    if any(d <= 0 for d in manifest.input_shape):
+        raise BundleError("manifest.json: input_shape dimensions must be positive")
+    if np.prod(manifest.input_shape, dtype=np.float64) > MAX_EXAMPLE_VALUES:
+        raise BundleError(f"manifest.json: one example holds more than {MAX_EXAMPLE_VALUES} values")
+    labels = [
+        manifest.x_name,
+        manifest.y_name,
+        manifest.loss_name,
+        manifest.logits_name,
+        *manifest.grad_names,
+    ]
+    if not all(isinstance(n, str) and n for n in labels):
+        raise BundleError("manifest.json: input, output and gradient names must be non-empty strings")
 
 
 def load_checked(path: str | Path) -> Bundle:

@@ -6,6 +6,7 @@ breakage is refused with a 422 that names it, and the model in training stays as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -64,6 +65,8 @@ BROKEN: dict[str, tuple[object, str]] = {
     "wrong class count": (lambda b: _with_manifest(b, num_classes=7), "logits"),
     "no labels input": (lambda b: dataclasses.replace(b, train_onnx=b.infer_onnx), "'y'"),
     "nan init": (_nan_init, "non-finite"),
+    "float dimension": (lambda b: _with_manifest(b, input_shape=(1.0, 28, 28)), "integers"),
+    "x name not a string": (lambda b: _with_manifest(b, x_name=["x"]), "strings"),
 }
 
 
@@ -257,3 +260,69 @@ def test_exported_model_trains_through_the_api(tiny_bundle, make_api):
     before, _ = session.loss_and_gradient(bundle.init_params, x, y)
     after, _ = session.loss_and_gradient(final, x, y)
     assert after < before - 0.1, (before, after)  # measured 1.41 -> 1.09 (SQLite and PostgreSQL)
+
+
+# -- property tests: whatever arrives, a bundle is either accepted intact or refused with a reason ------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+MEMBER_NAMES = st.one_of(
+    st.sampled_from(BUNDLE_FILES),
+    st.sampled_from(["../../x", "/etc/x", "a/init.bin", "./init.bin", "init.bin/", "manifest.json\x00", ""]),
+    st.text(max_size=20),
+)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(st.binary(max_size=2000))
+def test_read_zip_of_any_bytes_is_files_or_a_value_error(data):
+    try:
+        files = read_zip(data)
+    except ValueError:
+        return
+    assert set(files) <= set(BUNDLE_FILES)
+
+
+@PROPERTY
+@given(st.lists(st.tuples(MEMBER_NAMES, st.binary(max_size=50)), max_size=6))
+def test_zip_members_are_accepted_only_if_known_and_unique(members):
+    try:
+        data = _zip(members)
+    except (ValueError, OSError, IndexError):
+        return  # zipfile itself cannot write some names (e.g. an empty one)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:  # zipfile cuts a name at a NUL byte when reading
+        names = [info.filename for info in archive.infolist()]
+    allowed = all(n in BUNDLE_FILES for n in names) and len(set(names)) == len(names)
+    if allowed:
+        assert read_zip(data) == dict(zip(names, (d for _, d in members), strict=True))
+    else:
+        with pytest.raises(ValueError):
+            read_zip(data)
+
+
+@PROPERTY
+@given(
+    field=st.sampled_from(
+        ["name", "params", "input_shape", "num_classes", "grad_names", "x_name", "params.0"]
+    ),
+    value=JSON,
+)
+def test_any_manifest_is_accepted_or_a_bundle_error(field, value):
+    """A manifest.json with one field replaced by arbitrary JSON: a BundleError, never another exception."""
+    files = builtin("mlp").files()
+    manifest = json.loads(files["manifest.json"])
+    if field == "params.0":
+        manifest["params"][0] = value
+    else:
+        manifest[field] = value
+    data = _zip([*{**files, "manifest.json": json.dumps(manifest).encode()}.items()])
+    with contextlib.suppress(BundleError):
+        load_checked_zip(data)
