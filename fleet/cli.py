@@ -169,14 +169,71 @@ def model_export(
     names: Annotated[list[str] | None, typer.Argument(help="built-in models (default: all)")] = None,
     out: Path = Path("var/models"),
     seed: int = 0,
+    module: Annotated[
+        str | None, typer.Option(help="your own model: 'package.module:Factory' returning a torch.nn.Module")
+    ] = None,
+    input_shape: Annotated[
+        str | None, typer.Option(help="with --module: one example's shape, e.g. 1,28,28")
+    ] = None,
+    classes: Annotated[int | None, typer.Option(help="with --module: number of classes")] = None,
+    name: Annotated[
+        str | None, typer.Option(help="with --module: model name (default: the factory's)")
+    ] = None,
 ) -> None:
-    """Export built-in torch models to ONNX bundles (needs the `export` extra: torch)."""
-    from models.export import export_bundle
+    """Export torch models to checked ONNX bundles (needs the `export` extra: torch).
+
+    Built-ins are written to OUT/NAME; a --module model to OUT itself. Gradients are checked against
+    torch autograd and the bundle against the coordinator's validation before anything is written."""
+    from models.export import build_from_factory, export_bundle, export_module, load_factory
     from models.zoo import BUILTINS
 
-    for name in names or sorted(BUILTINS):
-        path = export_bundle(name, out / name, seed=seed)
-        typer.echo(f"exported {name} → {path}")
+    if module is None:
+        if input_shape is not None or classes is not None or name is not None:
+            raise typer.BadParameter("--input-shape, --classes and --name go with --module")
+        for builtin_name in names or sorted(BUILTINS):
+            path = export_bundle(builtin_name, out / builtin_name, seed=seed)
+            typer.echo(f"exported {builtin_name} → {path}")
+        return
+    if names:
+        raise typer.BadParameter("give built-in names or --module, not both")
+    if input_shape is None or classes is None:
+        raise typer.BadParameter("--module needs --input-shape (e.g. 1,28,28) and --classes")
+    try:
+        shape = tuple(int(d) for d in input_shape.split(","))
+        factory = load_factory(module)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    model_name = name or getattr(factory, "__name__", "model")
+    try:
+        path = export_module(
+            build_from_factory(factory, seed=seed),
+            out,
+            name=model_name,
+            input_shape=shape,
+            num_classes=classes,
+        )
+    except ValueError as exc:
+        typer.echo(f"export failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"exported {model_name} → {path} (gradients match autograd; bundle check passed)")
+
+
+@model_app.command("check")
+def model_check(
+    bundle: Annotated[Path, typer.Argument(help="bundle directory or zip", exists=True)],
+) -> None:
+    """Run the coordinator's own bundle validation (no torch needed); exit 1 with the reason if it fails."""
+    from models.check import BundleError, load_checked
+
+    try:
+        checked = load_checked(bundle)
+    except BundleError as exc:
+        typer.echo(f"invalid bundle: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    m = checked.manifest
+    typer.echo(
+        f"ok: {m.name}, {m.num_params} parameters, input {list(m.input_shape)}, {m.num_classes} classes"
+    )
 
 
 @model_app.command("push")

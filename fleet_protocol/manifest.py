@@ -154,16 +154,26 @@ class Bundle:
 
 
 def read_zip(data: bytes, *, max_bytes: int = 512 * 1024 * 1024) -> dict[str, bytes]:
-    """The bundle files of a zip archive, refusing archives that inflate past ``max_bytes``."""
+    """The bundle files of a zip archive.
+
+    Refuses any member but the four bundle files at the archive's root (so no ``../x``, absolute path
+    or directory), a name given twice, and archives that inflate past ``max_bytes``."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as exc:
         raise ValueError("bundle is not a zip archive") from exc
     with archive:
-        infos = {
-            Path(i.filename).name: i for i in archive.infolist() if Path(i.filename).name in BUNDLE_FILES
-        }
+        infos: dict[str, zipfile.ZipInfo] = {}
+        for info in archive.infolist():
+            if info.filename not in BUNDLE_FILES:
+                known = ", ".join(BUNDLE_FILES)
+                raise ValueError(f"unexpected zip member {info.filename[:100]!r}: a bundle holds {known}")
+            if info.filename in infos:
+                raise ValueError(f"zip member {info.filename!r} appears twice")
+            infos[info.filename] = info
         if sum(i.file_size for i in infos.values()) > max_bytes:
             raise ValueError("bundle too large")
-        return {name: archive.read(info) for name, info in infos.items()}
-
+        try:
+            return {name: archive.read(info) for name, info in infos.items()}
+        except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, RuntimeError) as exc:
+            raise ValueError(f"unreadable zip member: {exc}") from exc

@@ -70,6 +70,35 @@ def convolution_backward(
     return grad_input, grad_weight, grad_bias
 
 
+def avg_pool2d_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> torch.Tensor:
+    """``aten.avg_pool2d_backward`` as a depthwise transposed convolution with a constant kernel.
+
+    Every output cell spreads its gradient evenly over its window, which is what a transposed convolution
+    with weight ``1/divisor`` does. Only a constant divisor is written this way (no ``ceil_mode``, and
+    padding only if it counts in the divisor); other cases stay undecomposed and the export says so.
+    """
+    kernel = _expand(kernel_size, 2)
+    stride = _expand(stride, 2) if len(stride) else kernel
+    padding = _expand(padding, 2)
+    if ceil_mode or (any(padding) and not count_include_pad and divisor_override is None):
+        return NotImplemented
+    divisor = divisor_override or kernel[0] * kernel[1]
+    channels = input.shape[1]
+    weight = grad_output.new_full((channels, 1, *kernel), 1.0 / divisor)
+    reach = [(grad_output.shape[2 + i] - 1) * stride[i] - 2 * padding[i] + kernel[i] for i in range(2)]
+    extra = [input.shape[2 + i] - reach[i] for i in range(2)]
+    return aten.convolution(grad_output, weight, None, stride, padding, [1, 1], True, extra, channels)
+
+
 def _expand(values: Sequence[int], dims: int) -> list[int]:
     """aten accepts a single value for every spatial dimension."""
     values = list(values)
@@ -77,7 +106,7 @@ def _expand(values: Sequence[int], dims: int) -> list[int]:
 
 
 def training_decompositions() -> dict[torch._ops.OperatorBase, Callable]:
-    """The table for ``make_fx``: core aten (fixes nll_loss's total_weight), max-pool and conv backward.
+    """The table for ``make_fx``: core aten (fixes nll_loss's total_weight), pooling and conv backward.
 
     Without the core aten decompositions the exporter writes ``nll_loss_forward``'s total_weight as the
     constant 1.0 and mean-loss gradients come out N times too large for every batch size but 1.
@@ -85,4 +114,5 @@ def training_decompositions() -> dict[torch._ops.OperatorBase, Callable]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([aten.max_pool2d_with_indices_backward]))
     table[aten.convolution_backward.default] = convolution_backward
+    table[aten.avg_pool2d_backward.default] = avg_pool2d_backward
     return table

@@ -1,4 +1,4 @@
-"""Export a built-in model to a bundle: training graph (loss + gradients), inference graph, init, manifest.
+"""Export a torch model (built-in or your own) to a bundle: train graph (loss + gradients), infer graph, init.
 
 The joint forward+backward is traced with ``make_fx(grad_and_value(...))`` and exported with the dynamo
 ONNX exporter, because torch.export cannot export a module that calls autograd itself; the result runs
@@ -10,72 +10,181 @@ Usage: ``python -m models.export [--out DIR] [NAME...]`` (default: every built-i
 from __future__ import annotations
 
 import argparse
+import importlib
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import torch
+from onnx import numpy_helper
 from torch.export import Dim
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from models.check import check_bundle
 from models.decompositions import training_decompositions
 from models.graph_rewrite import drop_offset_pools
 from models.manifest import BUILTIN_DIR, Bundle, Manifest, ParamSpec
-from models.zoo import BUILTINS, build
+from models.zoo import BUILTINS, build, mean_cross_entropy
 
 OPSET = 18
 TRACE_BATCH = 4  # any size > 1 so the batch dimension is not specialised
+GRADIENT_TOLERANCE = 1e-5  # max absolute error of loss, gradients and logits against torch autograd
 
 
 def export_bundle(name: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     """Export built-in ``name`` into ``out_dir`` (the four bundle files) and return that directory."""
-    module = build(name, seed=seed).eval()  # raises KeyError naming the known models
+    module = build(name, seed=seed)  # raises KeyError naming the known models
     spec = BUILTINS[name]
-    named = dict(module.named_parameters())
-    names = list(named)
-    manifest = _manifest(name, named, spec.input_shape, spec.num_classes)
+    return export_module(
+        module, out_dir, name=name, input_shape=spec.input_shape, num_classes=spec.num_classes, loss=spec.loss
+    )
 
-    x = torch.zeros(TRACE_BATCH, *spec.input_shape)  # tracing only needs shapes and dtypes
+
+def export_module(
+    module: torch.nn.Module,
+    out_dir: str | Path,
+    *,
+    name: str,
+    input_shape: Sequence[int],
+    num_classes: int,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mean_cross_entropy,
+    tolerance: float = GRADIENT_TOLERANCE,
+) -> Path:
+    """Export any torch classifier made of supported layers to a bundle in ``out_dir``; return ``out_dir``.
+
+    Supported: Linear, Conv1d/2d, max/avg pooling, the usual activations, GroupNorm/LayerNorm, BatchNorm
+    (exported in eval mode: running statistics become constants), Dropout (off). The module is put in
+    eval mode; its trainable parameters, in ``named_parameters()`` order, are the manifest's parameters.
+    ``loss(logits, y)`` must average over the batch (the coordinator's learning rate assumes a mean).
+    Before anything is written, the exported graphs are run on a random batch and their loss, every
+    gradient and the logits must agree with torch autograd to ``tolerance`` (max absolute error), and the
+    bundle must pass the coordinator's own check (models/check.py); a ``ValueError`` says what differs.
+    """
+    module = module.eval()
+    input_shape = tuple(int(d) for d in input_shape)
+    named = {k: p for k, p in module.named_parameters() if p.requires_grad}
+    if not named:
+        raise ValueError("the module has no trainable parameters")
+    names = list(named)
+    manifest = _manifest(name, named, input_shape, num_classes)
+
+    x = torch.zeros(TRACE_BATCH, *input_shape)  # tracing only needs shapes and dtypes
     y = torch.zeros(TRACE_BATCH, dtype=torch.int64)
     params = tuple(p.detach() for p in named.values())
+    # Frozen parameters and float buffers (BatchNorm's running statistics) are traced as inputs, then baked
+    # into the graphs as constants: traced as constants they would pin the batch dimension.
+    buffers = {k: p.detach() for k, p in module.named_parameters() if not p.requires_grad}
+    buffers.update((k, b.detach()) for k, b in module.named_buffers() if b.is_floating_point())
+    buffer_inputs = [f"buffer.{k}" for k in buffers]
+    state_names = [*names, *buffers]
+    constants = {i: b.numpy() for i, b in zip(buffer_inputs, buffers.values(), strict=True)}
+    n_state = len(state_names)
 
-    def loss_of(param_values: tuple[torch.Tensor, ...], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        logits = torch.func.functional_call(module, dict(zip(names, param_values, strict=True)), (x,))
-        return spec.loss(logits, y)
+    def logits_of(state: tuple[torch.Tensor, ...], x: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(module, dict(zip(state_names, state, strict=True)), (x,))
 
-    grad_and_loss = torch.func.grad_and_value(loss_of)
+    def loss_of(
+        param_values: tuple[torch.Tensor, ...],
+        buffer_values: tuple[torch.Tensor, ...],
+        x: torch.Tensor,
+        y: torch.Tensor,
+    ) -> torch.Tensor:
+        return loss(logits_of((*param_values, *buffer_values), x), y)
+
+    grad_and_loss = torch.func.grad_and_value(loss_of)  # gradients of the parameters only
 
     def train_step(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        grads, loss = grad_and_loss(flat[:-2], flat[-2], flat[-1])
+        grads, loss = grad_and_loss(flat[: len(names)], flat[len(names) : n_state], flat[-2], flat[-1])
         return (loss, *grads)
 
     def infer(*flat: torch.Tensor) -> torch.Tensor:
-        return torch.func.functional_call(module, dict(zip(names, flat[:-1], strict=True)), (flat[-1],))
+        return logits_of(flat[:-1], flat[-1])
 
-    train_graph = make_fx(train_step, tracing_mode="symbolic", decomposition_table=training_decompositions())(
-        *params, x, y
-    )
-    infer_graph = make_fx(infer, tracing_mode="symbolic", decomposition_table=training_decompositions())(
-        *params, x
-    )
+    state = (*params, *buffers.values())
     train = _to_onnx(
-        train_graph,
-        (*params, x, y),
-        input_names=[*names, manifest.x_name, manifest.y_name],
+        _trace(train_step)(*state, x, y),
+        (*state, x, y),
+        input_names=[*names, *buffer_inputs, manifest.x_name, manifest.y_name],
         output_names=[manifest.loss_name, *manifest.grad_names],
-        batched=(len(names), len(names) + 1),
+        batched=(n_state, n_state + 1),
+        constants=constants,
     )
     infer_model = _to_onnx(
-        infer_graph,
-        (*params, x),
-        input_names=[*names, manifest.x_name],
+        _trace(infer)(*state, x),
+        (*state, x),
+        input_names=[*names, *buffer_inputs, manifest.x_name],
         output_names=[manifest.logits_name],
-        batched=(len(names),),
+        batched=(n_state,),
+        constants=constants,
     )
     init = np.concatenate([p.numpy().astype("<f4").ravel() for p in params])
-    return Bundle(manifest, train, infer_model, init).save(out_dir)
+    bundle = Bundle(manifest, train, infer_model, init)
+    error = max_error_against_autograd(bundle, module, loss)
+    if not error <= tolerance:
+        raise ValueError(f"exported graphs differ from torch autograd by {error:.2e} > {tolerance:.0e}")
+    check_bundle(bundle)
+    return bundle.save(out_dir)
+
+
+def max_error_against_autograd(
+    bundle: Bundle,
+    module: torch.nn.Module,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    *,
+    batches: Sequence[int] = (1, 7),
+    seed: int = 0,
+) -> float:
+    """Largest absolute difference between the bundle's graphs (onnxruntime) and torch autograd.
+
+    Compared: the loss, every gradient and the logits at the bundle's initial parameters, on random
+    batches of each size in ``batches`` (a wrong mean-loss normaliser is invisible at batch 1 alone)."""
+    import onnxruntime as ort
+
+    m = bundle.manifest
+    train = ort.InferenceSession(bundle.train_onnx, providers=["CPUExecutionProvider"])
+    infer = ort.InferenceSession(bundle.infer_onnx, providers=["CPUExecutionProvider"])
+    named = {k: p for k, p in module.named_parameters() if p.requires_grad}
+    params = m.split(bundle.init_params)
+    rng = np.random.default_rng(seed)
+    errors: list[float] = []
+    for n in batches:
+        x = rng.standard_normal((n, *m.input_shape)).astype(np.float32)
+        y = rng.integers(0, m.num_classes, size=n, dtype=np.int64)
+        logits = module(torch.from_numpy(x))
+        value = loss(logits, torch.from_numpy(y))
+        grads = torch.autograd.grad(value, [named[p.name] for p in m.params])
+        got_loss, *got_grads = train.run([m.loss_name, *m.grad_names], {**params, m.x_name: x, m.y_name: y})
+        (got_logits,) = infer.run([m.logits_name], {**params, m.x_name: x})
+        errors.append(abs(float(got_loss) - float(value.detach())))
+        errors.append(float(np.abs(got_logits - logits.detach().numpy()).max()))
+        for got, expected in zip(got_grads, grads, strict=True):
+            errors.append(float(np.abs(got - expected.numpy()).max()))
+    return max(errors)
+
+
+def load_factory(spec: str) -> Callable[[], torch.nn.Module]:
+    """``"pkg.mod:Factory"`` → the callable (a module class or a function) that builds the model."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"expected 'package.module:Factory', got {spec!r}")
+    target: object = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec!r} is not callable")
+    return target  # type: ignore[return-value]
+
+
+def build_from_factory(factory: Callable[[], torch.nn.Module], *, seed: int = 0) -> torch.nn.Module:
+    """Call ``factory()`` with torch's generator seeded, so the initial parameters are reproducible."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = factory()
+    if not isinstance(module, torch.nn.Module):
+        raise ValueError(f"the factory returned {type(module).__name__}, not a torch.nn.Module")
+    return module
 
 
 def export_all(out_root: str | Path = BUILTIN_DIR, names: Sequence[str] = (), *, seed: int = 0) -> list[Path]:
@@ -86,6 +195,16 @@ def export_all(out_root: str | Path = BUILTIN_DIR, names: Sequence[str] = (), *,
 def grad_name(param: str) -> str:
     """The training graph's output name for a parameter's gradient."""
     return f"grad.{param}"
+
+
+def _trace(function: Callable[..., object]) -> Callable[..., torch.fx.GraphModule]:
+    """``make_fx`` with a symbolic batch; buffers (BatchNorm's running statistics) become constants."""
+    return make_fx(
+        function,
+        tracing_mode="symbolic",
+        decomposition_table=training_decompositions(),
+        _allow_non_fake_inputs=True,
+    )
 
 
 def _manifest(
@@ -113,8 +232,11 @@ def _to_onnx(
     input_names: list[str],
     output_names: list[str],
     batched: tuple[int, ...],
+    constants: dict[str, np.ndarray] | None = None,
 ) -> bytes:
-    """One self-contained ONNX model (no ``.onnx.data`` side file), inputs and outputs renamed."""
+    """One self-contained ONNX model (no ``.onnx.data`` side file), inputs and outputs renamed.
+
+    Inputs named in ``constants`` become initializers holding those values."""
     batch = Dim("batch", min=1)
     dynamic = tuple({0: batch} if i in batched else None for i in range(len(args)))
     graph.eval()  # a GraphModule has no dropout or batch norm; this only silences the exporter's warning
@@ -136,6 +258,11 @@ def _to_onnx(
     for tensor in model.graph.initializer:
         tensor.ClearField("data_location")
         del tensor.external_data[:]
+    if constants:
+        kept = [i for i in model.graph.input if i.name not in constants]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
     onnx.checker.check_model(model, full_check=True)
     return drop_offset_pools(model).SerializeToString()
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from fleet_protocol import Bundle, read_zip
+from models.check import BundleError, load_checked_zip
 from server.api.deps import CoordinatorDep, require_admin
 from server.api.routes.models import model_out
 from server.api.schemas import EvaluationOut, ModelOut, StopCriterion
@@ -36,9 +36,9 @@ async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
         data = await part.read()
     finally:
         await form.close()
-    try:
-        bundle = Bundle.from_files(read_zip(data))
-    except ValueError as exc:
+    try:  # refused before anything is stored: the active model and its version stay as they were
+        bundle = await run_in_threadpool(load_checked_zip, data)
+    except BundleError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid bundle: {exc}") from exc
     return model_out(await run_in_threadpool(coordinator.add_model, bundle))
 
