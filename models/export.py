@@ -10,9 +10,12 @@ Usage: ``python -m models.export [--out DIR] [NAME...]`` (default: every built-i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import tempfile
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -225,6 +228,26 @@ def _manifest(
     return manifest
 
 
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's known noise (torchvision ops it skips, deprecations inside torch, a
+    dynamic-axis rename notice); anything else it says still shows."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r".*isinstance\(treespec, LeafSpec\).*", category=FutureWarning
+            )
+            warnings.filterwarnings(
+                "ignore", message=r"# The axis name: .* will not be used", category=UserWarning
+            )
+            yield
+    finally:
+        registration.setLevel(level)
+
+
 def _to_onnx(
     graph: torch.fx.GraphModule,
     args: tuple[torch.Tensor, ...],
@@ -240,7 +263,7 @@ def _to_onnx(
     batch = Dim("batch", min=1)
     dynamic = tuple({0: batch} if i in batched else None for i in range(len(args)))
     graph.eval()  # a GraphModule has no dropout or batch norm; this only silences the exporter's warning
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _quiet_exporter():
         path = Path(tmp) / "model.onnx"
         torch.onnx.export(
             graph,
