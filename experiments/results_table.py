@@ -123,6 +123,18 @@ def _pair(summary: dict[str, Any], iprof: str, maui: str) -> str:
     return f"{_share(summary.get(iprof))} ({_share(summary.get(maui))})"
 
 
+def _live_rows(summary: dict[str, Any], figure: str, target: str, file: str) -> Iterator[Row]:
+    """The live comparison's rows: one worker per core, and workers sharing cores."""
+    for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
+        if summary.get(f"{key}_iprof_p90_fraction") is not None:
+            yield (
+                f"I-Prof (MAUI) p90 {figure}, live, {label}",
+                f"{summary[f'{key}_iprof_p90_fraction']:.2f} ({summary[f'{key}_maui_p90_fraction']:.2f})",
+                target,
+                _link(file),
+            )
+
+
 def profiler_rows(results: Path) -> Iterator[Row]:
     time_ = _load(results, "profiler-time")
     if time_ is not None:
@@ -139,14 +151,7 @@ def profiler_rows(results: Path) -> Iterator[Row]:
             "low",
             _link("profiler-time.md"),
         )
-        for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
-            if s.get(f"{key}_iprof_p90_fraction") is not None:
-                yield (
-                    f"I-Prof (MAUI) p90 |t − SLO| / SLO, live, {label}",
-                    f"{s[f'{key}_iprof_p90_fraction']:.2f} ({s[f'{key}_maui_p90_fraction']:.2f})",
-                    "≤ 0.25 (I-Prof below MAUI)",
-                    _link("profiler-time.md"),
-                )
+        yield from _live_rows(s, "|t − SLO| / SLO", "≤ 0.25 (I-Prof below MAUI)", "profiler-time.md")
         if s.get("fast_device_tasks_to_target") is not None:
             yield (
                 "tasks until a real unslowed worker gets its SLO-sized batch (or max_batch), default server",
@@ -164,14 +169,9 @@ def profiler_rows(results: Path) -> Iterator[Row]:
             "≤ 0.01% (0.19%)",
             _link("profiler-energy.md"),
         )
-        for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
-            if s.get(f"{key}_iprof_p90_fraction") is not None:
-                yield (
-                    f"I-Prof (MAUI) p90 energy deviation / SLO, live, {label}",
-                    f"{s[f'{key}_iprof_p90_fraction']:.2f} ({s[f'{key}_maui_p90_fraction']:.2f})",
-                    "≤ 0.133 (I-Prof below MAUI)",
-                    _link("profiler-energy.md"),
-                )
+        yield from _live_rows(
+            s, "energy deviation / SLO", "≤ 0.133 (I-Prof below MAUI)", "profiler-energy.md"
+        )
         yield (
             "share of tasks over the energy SLO, simulation: I-Prof (MAUI)",
             _pair(s, "sim_iprof_over_slo_share_mean", "sim_maui_over_slo_share_mean"),
