@@ -1,15 +1,14 @@
 # `make demo` and `make test` work on a fresh machine: they create .venv and install what they need,
-# at the exact versions pinned in requirements/*.txt (the lock; see docs/dependencies.md).
+# at the exact versions pinned in constraints.txt (the lock; see docs/dependencies.md).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-# The lock: runtime.txt is what `make demo`/`serve` need (server + client extras); dev.txt adds export + dev
-# (torch 2.13.0 CPU, pytest, ruff). dev.txt is resolved first and runtime.txt is constrained by it, so a
-# package has one version in both.
-RUNTIME_LOCK := requirements/runtime.txt
-DEV_LOCK := requirements/dev.txt
+# The lock: one pip-tools constraints file pinning every extra (server, client, export, dev) and all they
+# pull in, torch 2.13.0 CPU included. Each install is constrained by it, so whatever pyproject's ranges
+# allow, a fresh clone gets exactly the versions CI tested.
+LOCK := constraints.txt
 
 # pip-compile lives in its own venv so that the tool that writes the lock is not part of it.
 LOCK_VENV ?= .venv-lock
@@ -21,17 +20,14 @@ COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-em
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Re-installs whenever the lock or pyproject.toml changes. The project itself goes in with --no-deps:
-# every dependency comes from the lock, none from pyproject's ranges.
-$(VENV)/.runtime: $(RUNTIME_LOCK) pyproject.toml | $(VENV)/bin/python
-	$(PIP) -r $(RUNTIME_LOCK)
-	$(PIP) --no-deps -e .
+# Re-installs whenever the lock or pyproject.toml changes.
+$(VENV)/.runtime: $(LOCK) pyproject.toml | $(VENV)/bin/python
+	$(PIP) -c $(LOCK) -e ".[server,client]"
 	touch $@
 
 # torch is pinned in the lock as 2.13.0+cpu: an unpinned torch pulls a multi-GB CUDA build.
-$(VENV)/.dev: $(DEV_LOCK) pyproject.toml $(VENV)/.runtime
-	$(PIP) -r $(DEV_LOCK)
-	$(PIP) --no-deps -e .
+$(VENV)/.dev: $(LOCK) pyproject.toml $(VENV)/.runtime
+	$(PIP) -c $(LOCK) -e ".[server,client,export,dev]"
 	touch $@
 
 demo: $(VENV)/.runtime
@@ -60,8 +56,7 @@ $(LOCK_VENV)/bin/pip-compile:
 # Re-resolve after editing pyproject.toml's dependencies, keeping every pin that still fits.
 # Run it with Python 3.11 on linux x86_64: the lock is for that platform.
 lock: $(LOCK_VENV)/bin/pip-compile
-	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev -o $(DEV_LOCK) pyproject.toml
-	$(COMPILE) $(UPGRADE) --extra server --extra client -c $(DEV_LOCK) -o $(RUNTIME_LOCK) pyproject.toml
+	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev -o $(LOCK) pyproject.toml
 
 # Move every pin to the newest release that pyproject.toml allows (then run `make test` and commit the lock).
 upgrade-lock:

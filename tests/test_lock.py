@@ -1,5 +1,5 @@
-"""The lock (requirements/*.txt) agrees with pyproject.toml: `make` installs from the lock only, so a
-dependency added to pyproject.toml without `make lock` would be missing from every fresh install."""
+"""The lock (constraints.txt) agrees with pyproject.toml: every `make` install is constrained by it, so a
+dependency added to pyproject.toml without `make lock` would float to whatever is newest."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PIN = re.compile(r"^([A-Za-z0-9._-]+)==(\S+)")
 
 
-def pins(lock: str) -> dict[str, Version]:
-    """Package → pinned version, from a pip-compile output file."""
+def pins() -> dict[str, Version]:
+    """Package → pinned version, from the pip-compile output."""
     found = {}
-    for line in (REPO / "requirements" / lock).read_text().splitlines():
+    for line in (REPO / "constraints.txt").read_text().splitlines():
         if match := PIN.match(line):
             found[canonicalize_name(match[1])] = Version(match[2])
     return found
@@ -34,29 +34,20 @@ def declared(*extras: str) -> list[Requirement]:
     return [Requirement(line) for line in lines]
 
 
-@pytest.mark.parametrize(
-    ("lock", "extras"),
-    [("runtime.txt", ("server", "client")), ("dev.txt", ("server", "client", "export", "dev"))],
-)
-def test_every_declared_dependency_is_pinned_within_its_range(lock: str, extras: tuple[str, ...]) -> None:
-    pinned = pins(lock)
+@pytest.mark.parametrize("extras", [("server", "client"), ("server", "client", "export", "dev")])
+def test_every_declared_dependency_is_pinned_within_its_range(extras: tuple[str, ...]) -> None:
+    pinned = pins()
     for requirement in declared(*extras):
         name = canonicalize_name(requirement.name)
-        assert name in pinned, f"{requirement} is not in requirements/{lock}: run `make lock`"
+        assert name in pinned, f"{requirement} is not in constraints.txt: run `make lock`"
         assert requirement.specifier.contains(pinned[name], prereleases=True), (
-            f"requirements/{lock} pins {name}=={pinned[name]}, outside {requirement}: run `make lock`"
+            f"constraints.txt pins {name}=={pinned[name]}, outside {requirement}: run `make lock`"
         )
-
-
-def test_runtime_pins_are_the_dev_pins() -> None:
-    """One version per package: a demo runs what the tests ran."""
-    runtime, dev = pins("runtime.txt"), pins("dev.txt")
-    assert {name: dev.get(name) for name in runtime} == runtime
 
 
 def test_torch_is_the_cpu_build() -> None:
     """An unpinned or CUDA torch is a multi-GB download; the lock names the local CPU wheel."""
-    assert pins("dev.txt")["torch"] == Version("2.13.0+cpu")
-    assert "torch" not in pins("runtime.txt")
-    assert "psycopg-binary" in pins("runtime.txt")  # psycopg[binary]: the extra's packages are locked too
-    assert not [name for name in pins("dev.txt") if name.startswith("nvidia-")]
+    pinned = pins()
+    assert pinned["torch"] == Version("2.13.0+cpu")
+    assert "psycopg-binary" in pinned  # psycopg[binary]: the extra's packages are locked too
+    assert not [name for name in pinned if name.startswith("nvidia-")]
