@@ -23,7 +23,7 @@ from server.core.events import (
 from server.core.ports import (
     AnsweredTask,
     EvaluationRecord,
-    LeaseRecord,
+    Lease,
     MeasurementRecord,
     ModelRecord,
 )
@@ -163,11 +163,11 @@ class MemoryStore:
     def count_devices(self) -> int:
         return len(self.devices)
 
-    def lease(self, task_id: str) -> LeaseRecord | None:
+    def lease(self, task_id: str) -> Lease | None:
         t = self.tasks.get(task_id)
         if t is None:
             return None
-        return LeaseRecord(**{k: t[k] for k in LeaseRecord.__dataclass_fields__})
+        return Lease(**{k: t[k] for k in Lease.__dataclass_fields__})
 
     def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]:
         done = [t for t in self.tasks.values() if t["model_id"] == model_id and t["status"] == "applied"]

@@ -119,6 +119,7 @@ def test_state_survives_a_round_trip_through_storage():
     assert restored.current_tau_thres() == strategy.current_tau_thres()
     assert restored.similarity(np.array([1, 1])) == strategy.similarity(np.array([1, 1]))
     params = np.zeros(3, np.float32)
+    # exact: both sides computed here, on this CPU, from the same state (what the round trip must keep)
     np.testing.assert_array_equal(restored.aggregate(params), strategy.aggregate(params))
     assert "AdaSGD(" in repr(restored) and "boost_floor=0.1" in repr(restored)
 

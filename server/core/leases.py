@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
-from server.core.ports import LeaseRecord
+from server.core.ports import Lease
 
-
-@dataclass
-class Lease:
-    """A granted task and, once answered, the body digest and the answer it got."""
-
-    task_id: str
-    model_id: str
-    device_id: str
-    device_model: str
-    version: int
-    batch_size: int
-    features: dict[str, Any]
-    predicted_time_ms: float | None
-    predicted_energy: float | None
-    deadline: float
-    status: str = "open"
-    digest: str | None = None
-    outcome: dict[str, Any] | None = None
-
-    @classmethod
-    def from_record(cls, record: LeaseRecord) -> Lease:
-        return cls(**{k: getattr(record, k) for k in cls.__dataclass_fields__})
+__all__ = ["Lease", "LeaseBook"]
 
 
 class LeaseBook:
@@ -50,12 +28,11 @@ class LeaseBook:
     def get(self, task_id: str) -> Lease | None:
         return self._open.get(task_id) or self._answered.get(task_id)
 
-    def adopt(self, record: LeaseRecord) -> Lease:
+    def adopt(self, lease: Lease) -> Lease:
         """The lease of a stored task, kept from now on (unless memory learned of it meanwhile)."""
-        known = self.get(record.task_id)
+        known = self.get(lease.task_id)
         if known is not None:
             return known
-        lease = Lease.from_record(record)
         if lease.status == "applied":
             self._remember_answered(lease)
         elif lease.status == "open":
@@ -76,4 +53,3 @@ class LeaseBook:
         """Forget open leases past their deadline (their rows are marked expired in storage)."""
         for task_id in [t for t, lease in self._open.items() if lease.deadline < now]:
             del self._open[task_id]
-

@@ -21,7 +21,7 @@ __all__ = [
     "AnsweredTask",
     "BatchDecision",
     "EvaluationRecord",
-    "LeaseRecord",
+    "Lease",
     "MeasurementRecord",
     "ModelRecord",
     "Profiler",
@@ -87,9 +87,10 @@ class ModelRecord:
     stop_versions: int | None = None
 
 
-@dataclass(frozen=True)
-class LeaseRecord:
-    """A stored task (the lease book's fallback after a restart)."""
+@dataclass
+class Lease:
+    """A granted task and, once answered, the body digest and the answer it got: what the lease book
+    holds in memory, and what the store gives back for a task granted before a restart."""
 
     task_id: str
     model_id: str
@@ -101,9 +102,9 @@ class LeaseRecord:
     predicted_time_ms: float | None
     predicted_energy: float | None
     deadline: float
-    status: str
-    digest: str | None
-    outcome: dict[str, Any] | None
+    status: str = "open"
+    digest: str | None = None
+    outcome: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class Store(Protocol):
     # devices and tasks
     def device_by_token(self, token_hash: str) -> Device | None: ...
     def count_devices(self) -> int: ...
-    def lease(self, task_id: str) -> LeaseRecord | None: ...
+    def lease(self, task_id: str) -> Lease | None: ...
     def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]: ...
 
     # state saved by checkpoints

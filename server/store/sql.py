@@ -29,7 +29,7 @@ from server.core.events import (
 from server.core.ports import (
     AnsweredTask,
     EvaluationRecord,
-    LeaseRecord,
+    Lease,
     MeasurementRecord,
     ModelRecord,
 )
@@ -94,12 +94,12 @@ class SqlStore:
         with self.sessions() as session:
             return repo.count_devices(session=session)
 
-    def lease(self, task_id: str) -> LeaseRecord | None:
+    def lease(self, task_id: str) -> Lease | None:
         with self.sessions() as session:
             row = repo.get_task(session=session, task_id=task_id)
         if row is None:
             return None
-        return LeaseRecord(
+        return Lease(
             task_id=row.id,
             model_id=row.model_id,
             device_id=row.device_id,
