@@ -22,6 +22,9 @@ BENCHMARKS: dict[str, str] = {
     "profiler": "bench.profiler",
     "simulator": "bench.simulator",
 }
+# Benchmarks with a report of their own (docs/results/NAME.md/.json): each module has
+# ``main(*, quick: bool, out_dir: Path) -> dict`` and writes its files itself.
+REPORTS: dict[str, str] = {}
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
@@ -47,6 +50,13 @@ def machine() -> dict[str, Any]:
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def run_report(name: str, *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
+    """Run one benchmark of ``REPORTS``: it writes its own results files under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = importlib.import_module(REPORTS[name]).main(quick=quick, out_dir=out_dir)
+    return result
 
 
 def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:

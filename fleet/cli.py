@@ -157,11 +157,15 @@ def bench(
     names: Annotated[list[str], typer.Argument(help="benchmarks to run, or 'all'")],
     quick: Annotated[bool, typer.Option(help="short runs (used by tests)")] = False,
 ) -> None:
-    """Measure the system against its limits; writes docs/results/performance.md and .json."""
-    from bench import BENCHMARKS, run_benchmarks
+    """Measure the system against its limits; writes docs/results/performance.md and .json (and, for the
+    benchmarks with a report of their own, docs/results/NAME.md and .json)."""
+    from bench import BENCHMARKS, REPORTS, run_benchmarks, run_report
 
     selected = sorted(BENCHMARKS) if names == ["all"] else names
-    run_benchmarks(selected, quick=quick)
+    for name in [n for n in selected if n in REPORTS]:
+        typer.echo(run_report(name, quick=quick).get("summary", ""))
+    if rest := [n for n in selected if n not in REPORTS]:
+        run_benchmarks(rest, quick=quick)
 
 
 @model_app.command("export")
