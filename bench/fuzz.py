@@ -35,6 +35,8 @@ CHECKS = (
     "response_schema_conformance",
 )
 UNIT_PHASES = ("examples", "coverage", "fuzzing")
+# No "max-time": with one, schemathesis 4 keeps cycling its fuzzing phase until the time is up; the run
+# is bounded by max-examples per operation instead.
 POSTGRES = os.environ.get("FLEET_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
@@ -321,10 +323,12 @@ def render(result: dict[str, Any]) -> str:
             lines += ["", "Engine errors:", ""] + [f"- {e}" for e in run["errors"]]
     lines += [
         "",
-        "405s are the coverage phase's requests with a method the path does not have; 400/413/415/422 the",
-        "malformed inputs; 401/403 requests without a token or with the other one; 503/410 answers after",
-        "the fuzzer paused training or set a stop criterion. `status_code_conformance` checks every other",
-        "status against the operation's documented list.",
+        "405s answer the coverage phase's requests with a method the path does not have (a path-level",
+        "answer, not one of the operation's); 400/413/415/422 malformed inputs; 401 requests without a",
+        "token (the negative phases drop it); 410 on a push a task whose lease had expired (60 s) or whose",
+        "model finished by the time the stateful phase answered it; 503/410 on a task request, training",
+        "paused or finished by the fuzzer's own admin calls. `status_code_conformance` checks each answer",
+        "against the operation's documented statuses.",
         "",
         "What random inputs do not reach: a push whose gradient has exactly the model's parameter count and",
         "whose meta sums right (random bodies: its pushes are refused as malformed, see the table);",

@@ -33,12 +33,11 @@ UPLOAD_FORM: dict[str, object] = {
                         "bundle": {
                             "type": "string",
                             "format": "binary",
-                            "description": "a zip of manifest.json, train.onnx, infer.onnx and init.bin "
-                            "(docs/model-bundles.md)",
+                            "description": "a zip (application/zip) of manifest.json, train.onnx, infer.onnx "
+                            "and init.bin (docs/model-bundles.md)",
                         }
                     },
                 },
-                "encoding": {"bundle": {"contentType": "application/zip"}},
             }
         },
     }
