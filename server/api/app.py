@@ -28,6 +28,7 @@ from server.core.errors import (
     Gone,
     InvalidInput,
     NotFound,
+    StorageUnavailable,
     TrainingFinished,
 )
 from server.core.evaluation import Evaluator
@@ -113,6 +114,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if isinstance(exc, TrainingFinished):
             body.update(reason="training_finished", retry_after=300.0)
         return JSONResponse(body, status_code=code)
+
+    @app.exception_handler(StorageUnavailable)
+    async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSONResponse:
+        """The database is down or a commit failed: nothing of the request is durable, retry it."""
+        return JSONResponse(
+            {"detail": str(exc), "reason": "storage_unavailable", "retry_after": exc.retry_after},
+            status_code=503,
+            headers={"Retry-After": str(max(1, round(exc.retry_after)))},
+        )
 
     for router in (devices.router, tasks.router, models.router):
         app.include_router(router, prefix="/v1")

@@ -19,6 +19,7 @@ from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_
 from server.api.deps import AuthenticatedDevice, CoordinatorDep, LimitedDevice
 from server.api.metrics import Metrics
 from server.api.schemas import ResultMeta, TaskIn
+from server.core.errors import StorageUnavailable
 from server.core.journal import Ticket
 from server.core.types import TaskRequest, TaskResult
 
@@ -77,7 +78,7 @@ async def durable(ticket: Ticket | None, timeout: float = 60.0) -> None:
     try:
         await asyncio.wait_for(committed, timeout)
     except TimeoutError as exc:
-        raise TimeoutError("the push was not committed in time") from exc
+        raise StorageUnavailable("the push was not committed in time") from exc
     if ticket.error is not None:
         raise ticket.error
 
