@@ -21,7 +21,9 @@ from bench.faults import rss_mib
 from bench.ledger import audit
 from server.process import ServerProcess
 
-WARM_UP_S = 60.0  # RSS "start" is read after the caches (params, leases, buckets) have filled
+# RSS "start" is read once the bounded caches have filled: the answered-lease window (10,000 leases,
+# ~2 min at ~90 pushes/s), recent parameter versions, rate-limit buckets
+WARM_UP_S = 150.0
 
 
 def plot(samples: list[tuple[float, float]], path: Path) -> None:
