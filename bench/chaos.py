@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from bench import machine
 from bench.faults import (
     postgres_outage,
     postgres_server_url,
@@ -200,6 +201,7 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
         "quick": quick,
         "command": "fleet bench chaos" + (" --quick" if quick else ""),
         "phases": phases,
+        "machine": "{cpu}, {cores} cores, load {load_average}, {date}".format(**machine()),
     }
     result["summary"] = {
         name: f"{p['acknowledged']} acknowledged, {p['acknowledged_not_stored']} lost, "

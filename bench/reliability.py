@@ -49,7 +49,8 @@ def _chaos(chaos: dict[str, Any]) -> list[str]:
         "",
         f"`{chaos['command']}`. Under load from devices that retry a push after a dropped connection or a",
         "503 (bench/devices.py), faults are injected at random moments; afterwards every acknowledged",
-        "task is looked up in the database (bench/ledger.py).",
+        "task is looked up in the database (bench/ledger.py). Restart times include the coordinator's",
+        f"start-up on a loaded machine: {chaos.get('machine', 'not recorded')}.",
         "",
         "| phase | fault | devices × s | requests | 503 (all with Retry-After) | other 5xx | "
         "connection errors | acknowledged | lost | versions made twice | exactly once |",
