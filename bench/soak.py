@@ -62,18 +62,20 @@ def soak(workdir: Path, *, devices: int, seconds: float, warm_up: float) -> dict
         server.stop()
     ledger = audit(f"sqlite:///{workdir / 'fleet.db'}", result["acknowledged"])
     after = [m for t, m in samples if t >= warm_up] or [samples[-1][1]]
+    half = next((m for t, m in samples if t >= seconds / 2), samples[-1][1])
     statuses: dict[str, int] = result["statuses"]
     return {
         "devices": devices,
         "seconds": seconds,
         "database": "SQLite file",
+        "warm_up_s": warm_up,
         "requests": sum(statuses.values()),
         "statuses": statuses,
         "answers_5xx": sum(n for k, n in statuses.items() if int(k.rsplit(" ", 1)[1]) >= 500),
         "not_2xx": sum(n for k, n in statuses.items() if not k.rsplit(" ", 1)[1].startswith("2")),
         "connection_errors": result["connection_errors"],
         "pushes_per_s": round(ledger["acknowledged"] / seconds, 1),
-        "rss_mib": {"start": after[0], "end": after[-1], "min": min(after), "max": max(after)},
+        "rss_mib": {"start": after[0], "half": half, "end": after[-1], "min": min(after), "max": max(after)},
         "rss_samples": samples,
         **{k: v for k, v in ledger.items() if k != "model_versions"},
     }
