@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 CHECK_BATCH = 3  # > 1, so a graph whose batch dimension was specialised to 1 is caught
 MAX_EXAMPLE_VALUES = 1 << 24  # the synthetic batch stays under ~200 MB whatever the manifest claims
+MAX_NAME_LENGTH = 120  # the models table stores names in a 120-character column (longer: a 500 on PostgreSQL)
 FLOAT = "tensor(float)"
 INT64 = "tensor(int64)"
 
@@ -46,6 +47,8 @@ def _check_manifest_types(manifest: Manifest) -> None:
 
     if not isinstance(manifest.name, str) or not manifest.name:
         raise BundleError("manifest.json: name must be a non-empty string")
+    if len(manifest.name) > MAX_NAME_LENGTH or not manifest.name.isprintable():
+        raise BundleError(f"manifest.json: name must be at most {MAX_NAME_LENGTH} printable characters")
     names = [p.name for p in manifest.params]
     if not names:
         raise BundleError("manifest.json: no parameters")

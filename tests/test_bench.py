@@ -57,3 +57,17 @@ def test_simulator_benchmark_runs_the_asked_number_of_events():
 
     row = measure(1_000, 300)
     assert row["events"] == 300 and row["gradients"] > 0
+
+
+def test_fuzz_report_quick_writes_its_results(tmp_path):
+    """`fleet bench fuzz --quick`: schemathesis against a live server, its counts in fuzz-quick.md/.json."""
+    from bench import REPORTS, run_report
+
+    assert REPORTS["fuzz"] == "bench.fuzz"
+    result = run_report("fuzz", quick=True, out_dir=tmp_path)
+    run = result["runs"]["sqlite"]
+    assert run["operations"] == 22 and run["requests"] >= 22 and run["server_errors"] == 0
+    assert run["failures"] == [] and sum(run["status_counts"].values()) == run["requests"]
+    saved = json.loads((tmp_path / "fuzz-quick.json").read_text())
+    assert saved["schemathesis"] == result["schemathesis"] and saved["command"] == "fleet bench fuzz --quick"
+    assert "| sqlite | 22 |" in (tmp_path / "fuzz-quick.md").read_text()

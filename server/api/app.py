@@ -15,7 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
+from server.api import openapi
 from server.api.bodylimit import BodyLimit
+from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, tasks
@@ -96,6 +98,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.",
+        generate_unique_id_function=lambda route: route.name,  # operationIds a generated client can use
+        responses=STORAGE_DOWN,  # any route that reads or writes the database (routes may say more)
     )
     app.state.metrics = Metrics()
     # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
@@ -126,7 +130,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     for router in (devices.router, tasks.router, models.router):
         app.include_router(router, prefix="/v1")
-    app.include_router(admin.router, prefix="/v1", dependencies=[admin.AdminOnly])
-    app.include_router(profiler_routes.router, prefix="/v1", dependencies=[admin.AdminOnly])
+    for router in (admin.router, profiler_routes.router):
+        app.include_router(router, prefix="/v1", dependencies=[admin.AdminOnly], responses=ADMIN_AUTH)
     app.include_router(health.router)
+    openapi.install(app)  # one error schema; the hand-written request forms' schemas
     return app

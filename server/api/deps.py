@@ -15,8 +15,15 @@ from server.api.ratelimit import RateLimiter
 from server.core.coordinator import Coordinator
 from server.core.types import Device
 
-bearer = HTTPBearer(auto_error=False)
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+# Two security schemes (same header) so the OpenAPI document says which token each route wants.
+device_bearer = HTTPBearer(
+    scheme_name="DeviceToken", description="the token `POST /v1/devices` returned", auto_error=False
+)
+admin_bearer = HTTPBearer(
+    scheme_name="AdminToken", description="the admin token (FLEET_ADMIN_TOKEN)", auto_error=False
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(device_bearer)]
+AdminCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(admin_bearer)]
 
 
 # The per-request dependencies are ``async def`` when they never block: FastAPI runs a plain ``def``
@@ -81,7 +88,7 @@ AuthenticatedDevice = Annotated[Device, Depends(current_device)]
 LimitedDevice = Annotated[Device, Depends(limited_device)]
 
 
-def require_admin(request: Request, credentials: Credentials) -> None:
+def require_admin(request: Request, credentials: AdminCredentials) -> None:
     if credentials is None:
         raise _unauthorized("missing admin token")
     if not secrets.compare_digest(credentials.credentials.encode(), request.app.state.admin_token.encode()):

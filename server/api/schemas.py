@@ -6,7 +6,7 @@ contract's fields in tests/test_ports.py."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,11 +22,20 @@ class Input(BaseModel):
 MAX_MEMORY_BYTES = 1e13  # 10 TB
 MAX_CPU_FREQ_SUM_MHZ = 1e6  # a thousand 1 GHz cores
 MAX_ENERGY_PER_CPU_S = 100.0  # % battery per CPU second: the whole battery in one second
+# Examples of one class on one device, or in one mini-batch: far above any phone, and far enough below
+# int64's range that the sums the core takes stay exact (a larger JSON integer was a 500 in numpy).
+MAX_COUNT = 10**9
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+# Model versions are stored in 32-bit integer columns (PostgreSQL's integer): a larger version in a request
+# is refused as input instead of failing in the database (it was a 500 on the params and inference routes).
+MAX_VERSION = 2**31 - 1
+# PostgreSQL text cannot hold NUL: text that reaches the store is refused with a 422 if it has one.
+NO_NUL = r"^[^\x00]*$"
 
 
 class EnrollIn(Input):
     enrollment_key: str = Field(max_length=256)
-    device_model: str = Field(min_length=1, max_length=120)
+    device_model: str = Field(min_length=1, max_length=120, pattern=NO_NUL)
 
 
 class EnrollOut(BaseModel):
@@ -48,20 +57,51 @@ class Features(Input):
 class TaskIn(Input):
     """A task request; the device model given at enrollment is the one the profiler uses."""
 
-    device_model: str | None = Field(None, max_length=120)
+    model_config = ConfigDict(
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {
+                    "device_model": "Galaxy S7",
+                    "features": {
+                        "available_memory": 1.2e9,
+                        "total_memory": 4.0e9,
+                        "temperature": 35.0,
+                        "cpu_freq_sum": 12000.0,
+                        "energy_per_cpu_time": None,
+                    },
+                    "label_counts": [20, 0, 0, 180, 0, 0, 0, 0, 0, 0],
+                }
+            ]
+        },
+    )
+    device_model: str | None = Field(None, max_length=120, pattern=NO_NUL)
     features: Features = Features()
-    label_counts: list[int] = Field(max_length=10_000)
+    label_counts: list[Count] = Field(max_length=10_000, description="local examples per class")
 
 
 class ResultMeta(Input):
     """The ``meta`` part of a pushed result."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    label_counts: list[int] = Field(max_length=10_000)
+    model_config = ConfigDict(
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            "examples": [
+                {
+                    "label_counts": [3, 0, 0, 2, 0, 0, 0, 0, 0, 5],
+                    "loss": 2.1,
+                    "compute_time_ms": 84.0,
+                    "batch_size": 10,
+                }
+            ]
+        },
+    )
+    label_counts: list[Count] = Field(max_length=10_000, description="the mini-batch's examples per class")
     loss: float
     compute_time_ms: float
     energy: float | None = None
-    batch_size: int = Field(ge=1)
+    batch_size: int = Field(ge=1, le=MAX_COUNT, description="sum of label_counts, at most the granted size")
     encoding: Literal["float32", "float16"] = "float32"  # of the gradient part
 
 
@@ -77,6 +117,31 @@ class ModelOut(BaseModel):
     created_at: float
 
 
+class ParamOut(BaseModel):
+    """One parameter tensor's slice of the flat float32 buffer."""
+
+    name: str
+    shape: list[int]
+    offset: int = Field(description="index of its first value in the flat buffer")
+    size: int = Field(description="number of values (the product of shape)")
+
+
+class ManifestOut(BaseModel):
+    """The manifest as served (``fleet_protocol.Manifest.to_json``): how to split the flat parameter and
+    gradient buffers, and the names of the training graph's inputs and outputs (docs/model-bundles.md)."""
+
+    name: str
+    params: list[ParamOut]
+    input_shape: list[int] = Field(description="one example's shape, without the batch dimension")
+    num_classes: int
+    x_name: str
+    y_name: str
+    loss_name: str
+    logits_name: str
+    grad_names: list[str] = Field(description="the training graph's gradient outputs, in params order")
+    num_params: int
+
+
 class VersionOut(BaseModel):
     version: int
     created_at: float
@@ -84,7 +149,7 @@ class VersionOut(BaseModel):
 
 class StopCriterion(Input):
     target_accuracy: float | None = Field(None, gt=0, le=1)
-    max_versions: int | None = Field(None, ge=1)
+    max_versions: int | None = Field(None, ge=1, le=MAX_VERSION)
 
 
 class EvaluationOut(BaseModel):

@@ -10,6 +10,8 @@ from starlette.datastructures import UploadFile
 
 from models.check import BundleError, load_checked_zip
 from server.api.deps import CoordinatorDep, require_admin
+from server.api.errors import INVALID, JSON_BODY, NO_RUN, WITH_BODY
+from server.api.params import ModelFilter
 from server.api.routes.models import model_out
 from server.api.schemas import EvaluationOut, ModelOut, StopCriterion
 from server.core.records import task_records
@@ -18,7 +20,38 @@ router = APIRouter(prefix="/admin", tags=["admin"])
 AdminOnly = Depends(require_admin)
 
 
-@router.post("/models", status_code=status.HTTP_201_CREATED, response_model=ModelOut)
+# The route parses its multipart body itself (bounded part size), so its form is written out here.
+UPLOAD_FORM: dict[str, object] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["bundle"],
+                    "properties": {
+                        "bundle": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "a zip of manifest.json, train.onnx, infer.onnx and init.bin "
+                            "(docs/model-bundles.md)",
+                        }
+                    },
+                },
+                "encoding": {"bundle": {"contentType": "application/zip"}},
+            }
+        },
+    }
+}
+
+
+@router.post(
+    "/models",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ModelOut,
+    responses=WITH_BODY,
+    openapi_extra=UPLOAD_FORM,
+)
 async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
     """Upload an export bundle (multipart part ``bundle``: a zip); it becomes the model that trains."""
     try:
@@ -43,17 +76,17 @@ async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
     return model_out(await run_in_threadpool(coordinator.add_model, bundle))
 
 
-@router.post("/training/pause", status_code=status.HTTP_204_NO_CONTENT)
+@router.post("/training/pause", status_code=status.HTTP_204_NO_CONTENT, responses=NO_RUN)
 def pause(coordinator: CoordinatorDep) -> None:
     coordinator.pause()
 
 
-@router.post("/training/resume", status_code=status.HTTP_204_NO_CONTENT)
+@router.post("/training/resume", status_code=status.HTTP_204_NO_CONTENT, responses=NO_RUN)
 def resume(coordinator: CoordinatorDep) -> None:
     coordinator.resume()
 
 
-@router.put("/training/stop", status_code=status.HTTP_204_NO_CONTENT)
+@router.put("/training/stop", status_code=status.HTTP_204_NO_CONTENT, responses={**NO_RUN, **JSON_BODY})
 def stop_criterion(body: StopCriterion, coordinator: CoordinatorDep) -> None:
     coordinator.set_stop(target_accuracy=body.target_accuracy, max_versions=body.max_versions)
 
@@ -63,15 +96,15 @@ def stats(coordinator: CoordinatorDep) -> dict[str, Any]:
     return coordinator.stats()
 
 
-@router.get("/evaluations", response_model=list[EvaluationOut])
-def evaluations(coordinator: CoordinatorDep, model_id: str | None = None) -> list[EvaluationOut]:
+@router.get("/evaluations", response_model=list[EvaluationOut], responses=INVALID)
+def evaluations(coordinator: CoordinatorDep, model_id: ModelFilter = None) -> list[EvaluationOut]:
     model_id = model_id or (coordinator.run.model_id if coordinator.run else None)
     return [EvaluationOut(**e) for e in coordinator.evaluations(model_id)] if model_id else []
 
 
-@router.get("/records")
+@router.get("/records", responses=INVALID)
 def records(
-    coordinator: CoordinatorDep, limit: int = Query(500, ge=1, le=10_000), model_id: str | None = None
+    coordinator: CoordinatorDep, limit: int = Query(500, ge=1, le=10_000), model_id: ModelFilter = None
 ) -> list[dict[str, Any]]:
     """The newest answered tasks: staleness seen, τ_thres and the weight each gradient was applied with."""
     model_id = model_id or (coordinator.run.model_id if coordinator.run else None)

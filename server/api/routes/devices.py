@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 
 from server.api.deps import CoordinatorDep, enrollment_rate
+from server.api.errors import JSON_BODY, RATE_LIMITED, answer
 from server.api.schemas import EnrollIn, EnrollOut
 
 router = APIRouter(prefix="/devices", tags=["devices"])
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/devices", tags=["devices"])
     status_code=status.HTTP_201_CREATED,
     response_model=EnrollOut,
     dependencies=[Depends(enrollment_rate)],
-    responses={429: {"description": "over the enrollment rate of this client address (Retry-After)"}},
+    responses={401: answer("wrong enrollment key"), **RATE_LIMITED, **JSON_BODY},
 )
 async def enroll(body: EnrollIn, request: Request, coordinator: CoordinatorDep) -> EnrollOut:
     if not secrets.compare_digest(body.enrollment_key.encode(), request.app.state.enrollment_key.encode()):

@@ -6,6 +6,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from server.api.deps import CoordinatorDep, MetricsDep
+from server.api.errors import answer
 
 router = APIRouter(tags=["operations"])
 
@@ -15,7 +16,7 @@ def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/v1/ready")
+@router.get("/v1/ready", responses={503: answer("the database is unreachable, or no model is loaded")})
 def ready(coordinator: CoordinatorDep) -> dict[str, object]:
     try:
         coordinator.store.ping()

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Header, Path, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from server.api.deps import CoordinatorDep
-from server.api.schemas import ModelOut, VersionOut
+from server.api.errors import NOT_FOUND, answer
+from server.api.params import ModelId
+from server.api.schemas import MAX_VERSION, ManifestOut, ModelOut, VersionOut
 from server.core.catalog import Catalog, ModelInfo
 from server.core.inference_export import bake_weights
 
 router = APIRouter(prefix="/models", tags=["models"])
 OCTET = "application/octet-stream"
 IMMUTABLE = "public, max-age=31536000, immutable"
+CACHE_CONTROL = {"Cache-Control": {"description": IMMUTABLE, "schema": {"type": "string"}}}
+ETAG = {"ETag": {"description": '"{model_id}:{version}:{encoding}"', "schema": {"type": "string"}}}
+GONE = {410: answer("the version fell out of the retention window (FLEET_VERSION_RETENTION)")}
+
+
+def binary(description: str, headers: dict[str, object]) -> dict[int | str, dict[str, object]]:
+    """A 200 whose body is raw bytes (``response_class=Response`` keeps FastAPI from adding JSON)."""
+    content = {OCTET: {"schema": {"type": "string", "format": "binary"}}}
+    return {200: {"description": description, "content": content, "headers": headers}}
 
 
 def model_out(info: ModelInfo) -> ModelOut:
@@ -27,18 +38,24 @@ def list_models(coordinator: CoordinatorDep) -> list[ModelOut]:
     return [model_out(i) for i in coordinator.catalog.list()]
 
 
-@router.get("/active", response_model=ModelOut)
+@router.get("/active", response_model=ModelOut, responses={404: answer("no model is active")})
 def active_model(coordinator: CoordinatorDep) -> ModelOut:
     return model_out(coordinator.catalog.active_info())
 
 
-@router.get("/{model_id}", response_model=ModelOut)
-def get_model(model_id: str, coordinator: CoordinatorDep) -> ModelOut:
+@router.get("/{model_id}", response_model=ModelOut, responses=NOT_FOUND)
+def get_model(model_id: ModelId, coordinator: CoordinatorDep) -> ModelOut:
     return model_out(coordinator.catalog.info(model_id))
 
 
-@router.get("/{model_id}/manifest")
-def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
+@router.get(
+    "/{model_id}/manifest",
+    responses={
+        200: {"model": ManifestOut, "description": "the model's manifest", "headers": CACHE_CONTROL},
+        **NOT_FOUND,
+    },
+)
+def manifest(model_id: ModelId, coordinator: CoordinatorDep) -> Response:
     return Response(
         coordinator.catalog.record(model_id).manifest_json,
         media_type="application/json",
@@ -46,25 +63,41 @@ def manifest(model_id: str, coordinator: CoordinatorDep) -> Response:
     )
 
 
-@router.get("/{model_id}/graphs/{graph}.onnx")
-def graph(model_id: str, graph: str, coordinator: CoordinatorDep) -> Response:
+@router.get(
+    "/{model_id}/graphs/{graph}.onnx",
+    response_class=Response,
+    responses={**binary("the ONNX graph", CACHE_CONTROL), 404: answer("no such model, or not train/infer")},
+)
+def graph(
+    model_id: ModelId,
+    coordinator: CoordinatorDep,
+    graph: str = Path(description="train or infer (any other name: 404)", examples=["train", "infer"]),
+) -> Response:
     data = coordinator.catalog.graph(model_id, graph)
     return Response(data, media_type=OCTET, headers={"Cache-Control": IMMUTABLE})
 
 
-@router.get("/{model_id}/versions", response_model=list[VersionOut])
-def versions(model_id: str, coordinator: CoordinatorDep) -> list[VersionOut]:
+@router.get("/{model_id}/versions", response_model=list[VersionOut], responses=NOT_FOUND)
+def versions(model_id: ModelId, coordinator: CoordinatorDep) -> list[VersionOut]:
     return [VersionOut(version=v, created_at=t) for v, t in coordinator.catalog.versions(model_id)]
 
 
 @router.get(
     "/{model_id}/versions/{version}/params",
     response_class=Response,
-    responses={200: {"content": {OCTET: {}}}, 304: {}, 410: {}},
+    responses={
+        **binary(
+            "the parameters, raw little-endian float32 (or float16) in manifest order",
+            {**ETAG, **CACHE_CONTROL},
+        ),
+        304: {"description": "If-None-Match matched the ETag: not modified", "headers": ETAG},
+        **NOT_FOUND,
+        **GONE,
+    },
 )
 async def params(
-    model_id: str,
-    version: int,
+    model_id: ModelId,
+    version: Annotated[int, Path(ge=0, le=MAX_VERSION)],
     coordinator: CoordinatorDep,
     if_none_match: str | None = Header(None),
     encoding: Literal["float32", "float16"] = Query("float32"),
@@ -86,9 +119,20 @@ async def params(
     return Response(data, media_type=OCTET, headers=headers)
 
 
-@router.get("/{model_id}/inference.onnx", response_class=Response, responses={200: {"content": {OCTET: {}}}})
+@router.get(
+    "/{model_id}/inference.onnx",
+    response_class=Response,
+    responses={
+        **binary(
+            "one ONNX file with the version's weights inside",
+            {**CACHE_CONTROL, "Content-Disposition": {"schema": {"type": "string"}}},
+        ),
+        **NOT_FOUND,
+        **GONE,
+    },
+)
 async def inference_model(
-    model_id: str, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0)
+    model_id: ModelId, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0, le=MAX_VERSION)
 ) -> Response:
     """The model at ``version`` (default: the newest) as one ONNX file with its weights inside.
 
@@ -104,7 +148,7 @@ async def inference_model(
     )
 
 
-def export_inference(catalog: Catalog, model_id: str, version: int | None) -> tuple[int, bytes]:
+def export_inference(catalog: Catalog, model_id: ModelId, version: int | None) -> tuple[int, bytes]:
     """(version, ONNX bytes) of the inference graph with that version's weights baked in."""
     version = catalog.record(model_id).current_version if version is None else version
     params = catalog.params(model_id, version)

@@ -10,6 +10,8 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from server.api.deps import CoordinatorDep
+from server.api.errors import INVALID, answer
+from server.api.params import DeviceModel
 
 router = APIRouter(prefix="/admin/profiler", tags=["profiler"])
 
@@ -20,9 +22,9 @@ def profiler_overview(coordinator: CoordinatorDep) -> dict[str, Any]:
     return coordinator.profiles.overview()
 
 
-@router.get("/{device_model}")
+@router.get("/{device_model}", responses={404: answer("this device model was never seen"), **INVALID})
 def device_model_profile(
-    device_model: str, coordinator: CoordinatorDep, limit: int = Query(100, ge=1, le=1000)
+    device_model: DeviceModel, coordinator: CoordinatorDep, limit: int = Query(100, ge=1, le=1000)
 ) -> dict[str, Any]:
     """One device model's personal models (standardised-space coefficients) and its latest pairs."""
     return coordinator.profiles.device_model(device_model, limit=limit)

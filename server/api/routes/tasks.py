@@ -17,20 +17,36 @@ from starlette.datastructures import UploadFile
 
 from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_tensor, push_digest
 from server.api.deps import AuthenticatedDevice, CoordinatorDep, LimitedDevice
+from server.api.errors import DEVICE_AUTH, JSON_BODY, RATE_LIMITED, RETRY_AFTER, WITH_BODY, answer
 from server.api.metrics import Metrics
+from server.api.openapi import ref
+from server.api.params import TaskId
 from server.api.schemas import ResultMeta, TaskIn
 from server.core.errors import StorageUnavailable
 from server.core.journal import Ticket
 from server.core.types import TaskRequest, TaskResult
 
-router = APIRouter(prefix="/tasks", tags=["tasks"])
+router = APIRouter(prefix="/tasks", tags=["tasks"], responses={**DEVICE_AUTH, **WITH_BODY})
+
+# the granted task's id is the push's path parameter (OpenAPI links: stateful clients and fuzzers follow it)
+GRANT_LINKS = {
+    201: {
+        "links": {
+            "PushResult": {"operationId": "push_result", "parameters": {"task_id": "$response.body#/task_id"}}
+        }
+    }
+}
+REJECTIONS = {
+    503: answer("no task now: reason and retry_after say why and when to ask again", headers=RETRY_AFTER),
+    410: answer('training finished (reason "training_finished"): stop asking', headers=RETRY_AFTER),
+}
 
 
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TaskGrant,
-    responses={503: {"model": Rejection}, 410: {"model": Rejection}, 429: {}},
+    responses={**GRANT_LINKS, **REJECTIONS, **RATE_LIMITED, **JSON_BODY},
 )
 async def request_task(
     body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, request: Request
@@ -144,10 +160,70 @@ async def _part_bytes(value: UploadFile | str | None, name: str) -> bytes:
     return await value.read() if isinstance(value, UploadFile) else value.encode()
 
 
-@router.post("/{task_id}/result", response_model=PushOutcome)
+BINARY = {"type": "string", "format": "binary"}
+META_EXAMPLE = (
+    '{"label_counts":[3,0,0,2,0,0,0,0,0,5],"loss":2.1,"compute_time_ms":84.0,"energy":null,"batch_size":10}'
+)
+# The route reads its body itself (a raw body costs nothing to parse), so its form is written out here.
+PUSH_FORMS: dict[str, object] = {
+    "parameters": [
+        {
+            "name": "Fleet-Meta",
+            "in": "header",
+            "required": False,
+            "description": "Required with an application/octet-stream body (ignored with multipart): the "
+            "ResultMeta as compact JSON. label_counts sums to batch_size, which is at most the granted one.",
+            "schema": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": ref(ResultMeta),
+            },
+            "example": META_EXAMPLE,
+        }
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/octet-stream": {
+                "schema": {
+                    **BINARY,
+                    "description": "the gradient: num_params little-endian float32 values in manifest order "
+                    '(float16 when the meta says "encoding": "float16"); the meta in the Fleet-Meta header',
+                }
+            },
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["meta", "gradient"],
+                    "properties": {"meta": ref(ResultMeta), "gradient": BINARY},
+                },
+                "encoding": {
+                    "meta": {"contentType": "application/json"},
+                    "gradient": {"contentType": "application/octet-stream"},
+                },
+            },
+        },
+    },
+}
+PUSH_REFUSALS = {
+    403: answer("the task was granted to another device"),
+    404: answer("no such task"),
+    409: answer("the task was already answered with a different body"),
+    410: answer("the task's lease expired, or its model is no longer training"),
+    415: answer("neither application/octet-stream nor multipart/form-data"),
+    422: answer(
+        "a malformed meta, multipart body or gradient (detail is a list for the meta), or a push rule broken"
+    ),
+}
+
+
+@router.post(
+    "/{task_id}/result", response_model=PushOutcome, responses=PUSH_REFUSALS, openapi_extra=PUSH_FORMS
+)
 async def push_result(
-    task_id: str, request: Request, device: AuthenticatedDevice, coordinator: CoordinatorDep
+    task_id: TaskId, request: Request, device: AuthenticatedDevice, coordinator: CoordinatorDep
 ) -> PushOutcome:
+    """The gradient of a granted task: a raw body with the meta in the Fleet-Meta header, or multipart."""
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     meta_bytes, gradient_bytes, meta_loc = await _read_push(request)
