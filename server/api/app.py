@@ -99,7 +99,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.",
         generate_unique_id_function=lambda route: route.name,  # operationIds a generated client can use
-        responses=STORAGE_DOWN,  # any route that reads or writes the database (routes may say more)
     )
     app.state.metrics = Metrics()
     # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
@@ -128,10 +127,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             headers={"Retry-After": str(max(1, round(exc.retry_after)))},
         )
 
+    # every route that reads or writes the database may answer 503 storage_unavailable
     for router in (devices.router, tasks.router, models.router):
-        app.include_router(router, prefix="/v1")
+        app.include_router(router, prefix="/v1", responses=STORAGE_DOWN)
     for router in (admin.router, profiler_routes.router):
-        app.include_router(router, prefix="/v1", dependencies=[admin.AdminOnly], responses=ADMIN_AUTH)
+        app.include_router(
+            router, prefix="/v1", dependencies=[admin.AdminOnly], responses={**ADMIN_AUTH, **STORAGE_DOWN}
+        )
     app.include_router(health.router)
     openapi.install(app)  # one error schema; the hand-written request forms' schemas
     return app
