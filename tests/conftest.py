@@ -5,9 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.faults import DEFAULT_POSTGRES, scratch_postgres_database
+
 ENROLL, ADMIN = "test-enrollment-key", "test-admin-token"
 FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": None, "cpu_freq_sum": 8000.0}
 
-
-DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @functools.cache
@@ -49,24 +47,7 @@ def postgres_url() -> str:
     return url
 
 
-@contextmanager
-def fresh_postgres_database(server_url: str) -> Iterator[str]:
-    """A new, empty database on the server for one test, dropped afterwards.
-
-    A database per test (not a shared schema that is reset) keeps tests, and test runs of other
-    checkouts against the same server, from seeing or dropping each other's rows.
-    """
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    name = f"fleet_test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(_libpq_url(server_url), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(_libpq_url(server_url), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+fresh_postgres_database = scratch_postgres_database  # bench/faults.py: shared with the benchmarks
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

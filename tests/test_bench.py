@@ -29,7 +29,8 @@ def test_wire_and_gradient_benchmarks_write_the_table(tmp_path):
     }
     for row in gradient:  # the two timed computations compute the same gradient at the same point
         assert row["max abs Δ gradient"] < 1e-5
-        assert row["ratio"] == pytest.approx(row["onnxruntime_ms"] / row["torch_ms"], rel=0.01)
+        # the ratio is rounded to 3 decimals
+        assert row["ratio"] == pytest.approx(row["onnxruntime_ms"] / row["torch_ms"], rel=0.01, abs=1e-3)
     assert json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"].keys() == {
         "wire",
         "gradient",

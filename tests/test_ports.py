@@ -18,6 +18,7 @@ from profiler.maui import MauiProfiler
 from server.api.ratelimit import RateLimiter
 from server.api.schemas import ResultMeta, TaskIn
 from server.core.coordinator import Coordinator
+from server.core.errors import StorageUnavailable
 from server.core.events import PushApplied, StateCheckpoint
 from server.core.ports import BatchDecision, Profiler, Store
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
@@ -83,7 +84,7 @@ def test_a_failed_commit_fails_its_push_and_reloads_the_last_durable_state():
     core.journal.flush()
     store.fail_next = True
     n = core.run.manifest.num_params
-    with pytest.raises(RuntimeError, match="disk full"):
+    with pytest.raises(StorageUnavailable, match="disk full"):
         core.submit(device, grant.task_id, result(n, 0.01, grant.task_id))
     assert core.run.version == 0
     assert core.submit(device, grant.task_id, result(n, 0.01, grant.task_id)).version == 1

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from server.compose import build_coordinator
+from server.core.errors import StorageUnavailable
 from server.core.types import TaskGrant, TaskRequest, TaskResult
 from tests.conftest import FEATURES, settings_for
 
@@ -80,7 +81,7 @@ def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, da
 
     monkeypatch.setattr(sql, "write_events", broken)
     n = coordinator.run.manifest.num_params
-    with pytest.raises(RuntimeError, match="disk full"):
+    with pytest.raises(StorageUnavailable, match="disk full"):
         coordinator.submit(device, grant.task_id, result(n, 0.01, [1] * 10))
     assert coordinator.run.version == before[0]
     np.testing.assert_array_equal(coordinator.run.params, before[1])

@@ -17,7 +17,7 @@ from fastapi_offline import FastAPIOffline
 
 from server.api import openapi
 from server.api.bodylimit import BodyLimit
-from server.api.errors import ADMIN_AUTH
+from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, tasks
@@ -30,6 +30,7 @@ from server.core.errors import (
     Gone,
     InvalidInput,
     NotFound,
+    StorageUnavailable,
     TrainingFinished,
 )
 from server.core.evaluation import Evaluator
@@ -117,10 +118,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             body.update(reason="training_finished", retry_after=300.0)
         return JSONResponse(body, status_code=code)
 
+    @app.exception_handler(StorageUnavailable)
+    async def storage_unavailable(request: Request, exc: StorageUnavailable) -> JSONResponse:
+        """The database is down or a commit failed: nothing of the request is durable, retry it."""
+        return JSONResponse(
+            {"detail": str(exc), "reason": "storage_unavailable", "retry_after": exc.retry_after},
+            status_code=503,
+            headers={"Retry-After": str(max(1, round(exc.retry_after)))},
+        )
+
+    # every route that reads or writes the database may answer 503 storage_unavailable
     for router in (devices.router, tasks.router, models.router):
-        app.include_router(router, prefix="/v1")
+        app.include_router(router, prefix="/v1", responses=STORAGE_DOWN)
     for router in (admin.router, profiler_routes.router):
-        app.include_router(router, prefix="/v1", dependencies=[admin.AdminOnly], responses=ADMIN_AUTH)
+        app.include_router(
+            router, prefix="/v1", dependencies=[admin.AdminOnly], responses={**ADMIN_AUTH, **STORAGE_DOWN}
+        )
     app.include_router(health.router)
     openapi.install(app)  # one error schema; the hand-written request forms' schemas
     return app

@@ -37,7 +37,8 @@ class Error(BaseModel):
     reason: str | None = Field(
         None,
         description="task requests refused with 503/410: paused, small_batch, too_similar, no_model, "
-        "training_finished, or a strategy's reason to wait (e.g. round_full)",
+        "training_finished, or a strategy's reason to wait (e.g. round_full); storage_unavailable on "
+        "any route while the database cannot be used",
     )
     retry_after: float | None = Field(None, description="with reason: seconds before asking again")
 
@@ -72,5 +73,12 @@ WITH_BODY = {
 }
 # FastAPI answers 400 when a JSON body cannot even be decoded as text (JSON is UTF-8); bad JSON is a 422
 JSON_BODY = {400: answer("the body is not UTF-8 text, so not JSON"), **WITH_BODY}
+STORAGE_DOWN = {
+    503: answer(
+        "storage_unavailable: the database cannot be reached or a commit failed; nothing of the request "
+        "was stored, send it again after Retry-After (docs/protocol.md, When the database fails)",
+        headers=RETRY_AFTER,
+    )
+}
 NOT_FOUND = {404: answer("no such model (or version)")}
 NO_RUN = {404: answer("no model is training")}

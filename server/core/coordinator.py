@@ -26,7 +26,15 @@ from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
-from server.core.errors import Conflict, Forbidden, Gone, InvalidInput, NotFound, TrainingFinished
+from server.core.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    InvalidInput,
+    NotFound,
+    StorageUnavailable,
+    TrainingFinished,
+)
 from server.core.events import (
     CounterBumped,
     EvaluationRecorded,
@@ -88,8 +96,14 @@ class Coordinator:
         self.leases = LeaseBook()
         self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
         self._dirty_profiles: set[str] = set()
+        # why storage cannot be used (a commit failed), until the journal has reloaded the durable state
+        self.degraded: str | None = None
         self.journal = Journal(
-            store=store, checkpoint=self._checkpoint, on_failure=self._journal_failed, durable=durable
+            store=store,
+            checkpoint=self._checkpoint,
+            on_failure=self._journal_failed,
+            reload=self._reload,
+            durable=durable,
         )
 
     # -- start-up and models -------------------------------------------------------------------
@@ -151,6 +165,8 @@ class Coordinator:
         """Size the mini-batch with the profiler, ask the controller, and lease a task."""
         with self._lock:
             run = self.run
+            if self.degraded is not None:
+                return self._reject("storage_unavailable", f"storage is unavailable: {self.degraded}", 2.0)
             if run is None:
                 return self._reject("no_model", "no model is training", 30.0)
             if run.status == "finished":
@@ -227,6 +243,7 @@ class Coordinator:
         if not self.knows(task_id):
             self.recall(task_id)
         with self._lock:
+            self._require_storage()
             lease = self.leases.get(task_id)
             if lease is None:
                 raise NotFound(f"no task {task_id!r}")
@@ -341,16 +358,30 @@ class Coordinator:
             return state, self.journal.appended
 
     def _journal_failed(self, error: BaseException) -> list[Ticket]:
-        """A batch did not commit: memory is ahead of storage, so drop what is queued and reload the last
-        durable state; returns the dropped events' tickets (they fail too)."""
-        log.error("reloading the coordinator from storage after a failed commit: %s", error)
+        """A batch did not commit: memory is ahead of storage. Drop what is queued (returns its tickets:
+        they fail too) and refuse work until ``_reload`` has brought back the last durable state."""
+        log.error("storage failed (%s): refusing work until the durable state is reloaded", error)
+        with self._lock:
+            self.degraded = str(error) or type(error).__name__
+            return self.journal.discard()
+
+    def _reload(self) -> list[Ticket]:
+        """Reload the last durable state (the journal calls it until it succeeds); returns the tickets of
+        whatever was queued meanwhile. The ping runs off the lock: a hung database holds up no request."""
+        self.store.ping()
         with self._lock:
             dropped = self.journal.discard()
             self.leases = LeaseBook()
             self._durable.clear()
             self._dirty_profiles.clear()
             self.start()
+            self.degraded = None
+        log.warning("storage is back: the coordinator reloaded its durable state")
         return dropped
+
+    def _require_storage(self) -> None:
+        if self.degraded is not None:
+            raise StorageUnavailable(f"storage is unavailable: {self.degraded}")
 
     def close(self) -> None:
         """Write what is queued and stop the journal's writer."""

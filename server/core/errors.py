@@ -7,6 +7,8 @@ CoordinatorError
 │   └── TrainingFinished  (the task's model finished or was replaced)
 ├── Conflict        (a different body for an answered task)
 └── InvalidInput    (shape, finiteness, norm, label counts)
+
+StorageUnavailable  (the database is down or a commit failed: retry later)
 """
 
 
@@ -36,3 +38,11 @@ class Conflict(CoordinatorError):
 
 class InvalidInput(CoordinatorError):
     pass
+
+
+class StorageUnavailable(Exception):
+    """Storage could not be reached or did not commit: nothing of the request is durable and the same
+    request may be retried later (HTTP 503 with Retry-After). Not a ``CoordinatorError``: the request
+    was not refused, the service is (briefly) unable to answer it."""
+
+    retry_after: float = 2.0

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from server.core.errors import StorageUnavailable
 from server.core.events import Event, PushApplied, StateCheckpoint, TaskGranted
 from server.core.ports import Store
 
@@ -68,6 +70,11 @@ class Ticket:
             raise self.error
 
 
+def _release(tickets: list[Ticket], error: BaseException) -> None:
+    for ticket in tickets:
+        ticket.release(error)
+
+
 @dataclass
 class _Queued:
     seq: int
@@ -101,12 +108,14 @@ class Journal:
         store: Store,
         checkpoint: Callable[[], tuple[StateCheckpoint, int]],
         on_failure: Callable[[BaseException], list[Ticket]],
+        reload: Callable[[], list[Ticket]],
         durable: bool = True,
         inline_batch: int = 64,
     ) -> None:
         self.store = store
         self.checkpoint = checkpoint
         self.on_failure = on_failure
+        self.reload = reload
         self.durable = durable
         self.inline_batch = inline_batch
         self._queue: list[_Queued] = []
@@ -178,19 +187,43 @@ class Journal:
                     self._wake.wait(0.5)
                 if self._closed and not self._queue:
                     return
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # the writer must outlive any one batch (its tickets are already failed)
+                log.exception("journal writer: flush failed")
 
     def _write(self, batch: Batch, state: StateCheckpoint) -> None:
         try:
             self.store.commit(batch.events(state))
-        except BaseException as exc:  # nothing of this batch is durable: fail its pushes, resync memory
+        except Exception as exc:  # nothing of this batch is durable: fail its pushes, resync memory
             log.exception("journal commit of %d pushes failed", len(batch.answers))
-            dropped = self.on_failure(exc)  # reloads memory and returns the tickets it discarded
-            for ticket in batch.tickets + dropped:
-                ticket.release(exc)
+            failure = StorageUnavailable(f"the commit failed: {exc}")
+            failure.__cause__ = exc
+            self._recover(failure, batch.tickets + self.on_failure(exc))  # + the tickets it discarded
             return
         for ticket in batch.tickets:
             ticket.release()
+
+    def _recover(self, failure: StorageUnavailable, tickets: list[Ticket], *, max_delay: float = 2.0) -> None:
+        """Reload the durable state, retrying with backoff while storage stays unreachable (the
+        coordinator answers 503 meanwhile), and fail ``tickets``: after the first reload (a passing
+        fault then leaves nothing behind for a retry to meet) or at once when it fails. Inline
+        (simulator) journals try once."""
+        delay = 0.05
+        while True:
+            try:
+                tickets = tickets + self.reload()
+            except Exception as exc:
+                _release(tickets, failure)
+                tickets = []
+                if not self.durable or self._closed:
+                    raise
+                log.warning("storage still unavailable (%s); retrying in %.2f s", exc, delay)
+                time.sleep(delay)
+                delay = min(2 * delay, max_delay)
+                continue
+            _release(tickets, failure)
+            return
 
     def discard(self) -> list[Ticket]:
         """Drop everything queued (after a failed commit memory is reloaded from storage); returns the

@@ -87,7 +87,7 @@ class ModelRecord:
     stop_versions: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)  # thousands are held in memory (core/leases.py)
 class Lease:
     """A granted task and, once answered, the body digest and the answer it got: what the lease book
     holds in memory, and what the store gives back for a task granted before a restart."""

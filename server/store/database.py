@@ -32,7 +32,15 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    # a bounded connect: a database that does not answer is "unavailable" (503), not a hung request
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        pool_timeout=10,
+        connect_args={"connect_timeout": 5},
+    )
 
 
 def migrate(engine: Engine) -> None:

@@ -7,12 +7,14 @@ statements (one executemany each) so a batch of pushes costs a handful of statem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, delete, insert, text, update
+from sqlalchemy import bindparam, delete, exc, insert, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from server.core.errors import StorageUnavailable
 from server.core.events import (
     CounterBumped,
     DeviceEnrolled,
@@ -37,7 +39,41 @@ from server.core.types import Device
 from server.store import repository as repo
 from server.store.tables import MeasurementRow, ModelRow, TaskRow, VersionRow
 
+T = TypeVar("T")
 
+
+def is_unavailable(error: exc.SQLAlchemyError) -> bool:
+    """Whether ``error`` means the database cannot be used right now (down, restarting, connections
+    dropped, pool exhausted, SQLite locked) rather than a bug or a constraint the request broke."""
+    return isinstance(
+        error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError | exc.DisconnectionError
+    ) or (isinstance(error, exc.DBAPIError) and error.connection_invalidated)
+
+
+def unavailable_as_503(method: Callable[..., T]) -> Callable[..., T]:
+    """Raise the core's ``StorageUnavailable`` for a database that cannot be reached: the API answers 503
+    with Retry-After instead of a 500, and the core never sees a SQLAlchemy exception."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> T:
+        try:
+            return method(*args, **kwargs)
+        except exc.SQLAlchemyError as error:
+            if is_unavailable(error):
+                raise StorageUnavailable(f"database unavailable: {error.__class__.__name__}") from error
+            raise
+
+    return guarded
+
+
+def _guard_public_methods(cls: type[T]) -> type[T]:
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, unavailable_as_503(value))
+    return cls
+
+
+@_guard_public_methods
 class SqlStore:
     """Implements ``server.core.ports.Store`` on SQLAlchemy (SQLite or PostgreSQL)."""
 

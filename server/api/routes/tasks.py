@@ -22,6 +22,7 @@ from server.api.metrics import Metrics
 from server.api.openapi import ref
 from server.api.params import TaskId
 from server.api.schemas import ResultMeta, TaskIn
+from server.core.errors import StorageUnavailable
 from server.core.journal import Ticket
 from server.core.types import TaskRequest, TaskResult
 
@@ -93,7 +94,7 @@ async def durable(ticket: Ticket | None, timeout: float = 60.0) -> None:
     try:
         await asyncio.wait_for(committed, timeout)
     except TimeoutError as exc:
-        raise TimeoutError("the push was not committed in time") from exc
+        raise StorageUnavailable("the push was not committed in time") from exc
     if ticket.error is not None:
         raise ticket.error
 
