@@ -22,6 +22,8 @@ EXPERIMENTS: dict[str, str] = {
     "profiler-time": "experiments.profiler_time",
     "profiler-energy": "experiments.profiler_energy",
     "profiler-tune": "experiments.profiler_tune",
+    "default-search": "experiments.default_search",
+    "adasgd-why": "experiments.adasgd_why",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

@@ -22,7 +22,14 @@ from typing import Any, Protocol
 ROOT = Path(__file__).resolve().parent.parent
 # what a cached run executes: the core and its strategies, the simulator, the models, the run functions
 # (the profiler is not among them: simulated runs size batches with sim.harness.BatchSizer)
-CODE = ("server", "sim", "models", "experiments/protocol.py", "experiments/async_vs_sync.py")
+CODE = (
+    "server",
+    "sim",
+    "models",
+    "experiments/protocol.py",
+    "experiments/async_vs_sync.py",
+    "experiments/default_search.py",
+)
 LIBRARIES = ("numpy", "onnxruntime", "scikit-learn")
 FRESH_ENV = "FLEET_EXPERIMENT_FRESH"  # set to a start time (epoch seconds): older entries are ignored
 

@@ -97,6 +97,26 @@ def async_rows(results: Path) -> Iterator[Row]:
         )
 
 
+def default_rows(results: Path) -> Iterator[Row]:
+    """The shipped default, untuned, against the best tuned candidate, per simulated workload."""
+    data = _load(results, "default-search")
+    if data is None:
+        return
+    s = data["summary"]
+    default = next(name for name in s["table"] if "(default" in name)
+    for workload in (w for w in s["table"][default] if w != "lr"):
+        rows = s["table"].items()
+        tuned = {n: row[workload]["time"] for n, row in rows if n != default and workload in row}
+        best = min(tuned, key=lambda n: tuned[n]["median"])
+        yield (
+            f"virtual s to 90%, {workload}: the default ({s['default']}, γ={s['default_rate']}, untuned) / "
+            f"the best tuned candidate ({best})",
+            f"{fmt(s['table'][default][workload]['time'], 1)} / {fmt(tuned[best], 1)}",
+            "within 1.1x",
+            _link("default-search.md"),
+        )
+
+
 def pruning_rows(results: Path) -> Iterator[Row]:
     data = _load(results, "pruning")
     if data is None:
@@ -225,6 +245,7 @@ SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     lambda r: staleness_rows(r, "iid", "IID"),
     long_tail_rows,
     async_rows,
+    default_rows,
     pruning_rows,
     profiler_rows,
     performance_rows,

@@ -99,7 +99,10 @@ def demo(
     target: Annotated[float, typer.Option(help="stop once test accuracy reaches this")] = 0.92,
     port: int = 8765,
     workdir: Path = Path("var/demo"),
-    learning_rate: float = 0.2,
+    learning_rate: Annotated[
+        float | None, typer.Option(help="default: the default strategy's own rate, untuned")
+    ] = None,
+    strategy: Annotated[str | None, typer.Option(help="default: Fleet's default strategy")] = None,
     seed: int = 0,
 ) -> None:
     """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
@@ -115,6 +118,7 @@ def demo(
                 port=port,
                 workdir=workdir,
                 learning_rate=learning_rate,
+                strategy=strategy,
                 seed=seed,
             )
         )

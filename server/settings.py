@@ -24,9 +24,11 @@ class Settings(BaseSettings):
 
     # model and strategy
     initial_model: str | None = "mnist_cnn"  # built-in model to train when the database holds none
-    strategy: Literal["adasgd", "dynsgd", "fedavg-async", "fedbuff", "ssgd"] = "adasgd"
-    learning_rate: float = Field(0.05, gt=0)
-    k: int = Field(1, ge=1)
+    strategy: Literal[
+        "adabuff", "adasgd", "dynsgd", "dynsgd-clip", "fedadam", "fedavg-async", "fedbuff", "fedyogi", "ssgd"
+    ] = "dynsgd-clip"  # the default chosen by issue 19's measurements (docs/results/default-search.md)
+    learning_rate: float | None = Field(None, gt=0)  # None: the strategy's own default rate
+    k: int | None = Field(None, ge=1)  # None: the strategy's own buffer size
     time_window: float | None = None
     percentile: float = Field(99.7, gt=0, le=100)
     bootstrap: int = Field(100, ge=0)
@@ -35,6 +37,11 @@ class Settings(BaseSettings):
     boost_scope: Literal["all", "stragglers", "none"] = "all"
     global_counts: Literal["samples", "weighted"] = "samples"
     over_selection: float = Field(1.0, ge=1)  # ssgd: tasks granted per round = ceil(k·this)
+    beta1: float = Field(0.9, ge=0, lt=1)  # fedadam, fedyogi: Reddi et al.'s server moments
+    beta2: float = Field(0.99, ge=0, lt=1)
+    epsilon: float = Field(1e-3, gt=0)
+    clip_factor: float = Field(1.0, gt=0)  # dynsgd-clip: clip each gradient to this × the recent median norm
+    warmup_gradients: int = Field(200, ge=0)  # dynsgd-clip: rate ramped up over this many gradients
 
     # controller and profiler
     size_drop: float = Field(0.0, ge=0, lt=1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ class FleetResult:
     gradients_at_eval: list[int] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
     gradients: int = 0
+    diverged: bool = False  # the parameters stopped being finite: the run ended there
     dropped: int = 0
     rejections: int = 0
     joined: int = 0
@@ -78,9 +79,15 @@ class FleetSimulator:
         batch: int = 100,
         eval_every: int = 20,
         evaluate: bool = True,
+        speeds: Sequence[float] | None = None,
+        eval_every_gradients: int | None = None,
     ) -> None:
+        """``speeds``: each device's GFLOP/s, fixed (else drawn from the speed classes);
+        ``eval_every_gradients``: evaluate after that many gradients instead of every ``eval_every``
+        versions, so strategies that buffer K gradients per version are sampled alike."""
         self.bench, self.timing, self.batch = bench, timing or FleetTiming(), batch
         self.eval_every, self.do_evaluate = eval_every, evaluate
+        self.speeds, self.eval_every_gradients = speeds, eval_every_gradients
         self.rng = np.random.default_rng([seed, 11])
         self.shard_for = shard_for
         self.queue = EventQueue()
@@ -93,6 +100,8 @@ class FleetSimulator:
 
     def _join(self, start: float) -> None:
         model, gflops = speed_class(self.rng)
+        if self.speeds is not None:
+            gflops = float(self.speeds[len(self.devices) % len(self.speeds)])
         device, _ = self.core.enroll(model)
         shard = self.shard_for(self.rng)
         counts = np.bincount(self.bench.train.y[shard], minlength=self.bench.num_classes)
@@ -135,13 +144,19 @@ class FleetSimulator:
         )
         self.result.seconds_gradient += time.perf_counter() - t0
         self.result.gradients += 1
+        if not (math.isfinite(loss) and np.isfinite(gradient).all()):
+            self.result.diverged = True  # a real device's push would be refused (422): the run is over
+            return
         counts = np.bincount(self.bench.train.y[batch], minlength=self.bench.num_classes)
         body = TaskResult(counts, float(loss), 0.0, None, grant.batch_size, gradient, grant.task_id)
         outcome = self.core.submit(vd.device, grant.task_id, body)
         vd.busy = False
         self.result.staleness.append(outcome.staleness)
         self.result.dropped += outcome.weight == 0.0
-        if outcome.applied and outcome.version % self.eval_every == 0:
+        if self.eval_every_gradients is not None:
+            if self.result.gradients % self.eval_every_gradients == 0:
+                self._evaluate()
+        elif outcome.applied and outcome.version % self.eval_every == 0:
             self._evaluate()
         self._request(i)
 
@@ -159,10 +174,13 @@ class FleetSimulator:
         max_gradients: int | None = None,
         max_events: int | None = None,
         target: float | None = None,
+        give_up: Callable[[FleetResult], bool] | None = None,
     ) -> FleetResult:
-        """Process events until the virtual deadline, a gradient or event budget, or the target accuracy."""
+        """Process events until the virtual deadline, a gradient or event budget, the target accuracy, or
+        ``give_up`` says the run is lost (checked after each evaluation: a collapsed model ends early)."""
         started = time.perf_counter()
         self._evaluate()
+        evaluated = len(self.result.accuracy)
         while self.queue and self.queue._heap[0][0] <= until:
             event = self.queue.pop()
             kind, i = event[0], event[1]
@@ -178,6 +196,14 @@ class FleetSimulator:
             if max_events is not None and self.queue.popped >= max_events:
                 break
             if target is not None and self.result.accuracy[-1] >= target:
+                break
+            if give_up is not None and len(self.result.accuracy) > evaluated and give_up(self.result):
+                self.result.diverged = True
+                break
+            evaluated = len(self.result.accuracy)
+            if self.result.diverged or not np.isfinite(self.core.run.params).all():
+                self.result.diverged = True
+                self._evaluate()
                 break
         self.result.seconds_total = time.perf_counter() - started - self.eval_time
         self.result.end_time, self.result.end_updates = self.queue.now, self.core.run.version

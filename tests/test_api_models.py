@@ -147,7 +147,7 @@ def test_push_after_training_finished_tells_the_device_to_stop(make_api):
 
 def test_float16_pull_and_push_halve_the_bytes(make_api):
     learning_rate = 0.05
-    api = make_api(learning_rate=learning_rate)
+    api = make_api(strategy="dynsgd", learning_rate=learning_rate)  # the plain step γ·w·G (no warm-up)
     model_id = api.coordinator.run.model_id
     full = api.http.get(f"/v1/models/{model_id}/versions/0/params")
     half = api.http.get(f"/v1/models/{model_id}/versions/0/params", params={"encoding": "float16"})

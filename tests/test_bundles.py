@@ -228,7 +228,7 @@ def test_exported_model_trains_through_the_api(tiny_bundle, make_api):
     """The device client, unchanged, trains the user's 3x12x12, 4-class model through the REST API."""
     from client import DeviceData, GradientSession, StaticFeatures, Worker, WorkerConfig
 
-    api = make_api(learning_rate=0.05)
+    api = make_api(strategy="adasgd", learning_rate=0.05)  # a step per task: the default warms up over 200
     response = api.http.post(
         "/v1/admin/models",
         headers=ADMIN_HEADERS,

@@ -88,3 +88,31 @@ def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
         assert ratio["per_seed"][0] == pytest.approx(
             table[arm]["virtual_seconds_to_80"]["per_seed"][0] / base
         )
+
+
+@pytest.mark.timeout(180)
+def test_default_search_quick_reports_the_shipped_default_untuned(tmp_path):
+    from server.settings import Settings
+
+    run_experiment("default-search", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "default-search-quick")
+    s = data["summary"]
+    assert s["default"] == Settings(_env_file=None).strategy
+    default_row = next(name for name in s["table"] if "(default, untuned)" in name)
+    assert s["table"][default_row]["lr"] == s["default_rate"]
+    # every run is in the table: a miss is counted at its end (censored), never dropped
+    for row in s["table"].values():
+        assert len(row["quick-20"]["time"]["per_seed"]) == len(s["seeds"])
+    assert "Rate curves" in (tmp_path / "default-search-quick.md").read_text()
+
+
+@pytest.mark.timeout(180)
+def test_adasgd_why_quick_records_every_gradient(tmp_path):
+    run_experiment("adasgd-why", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "adasgd-why-quick")
+    adasgd, dynsgd = data["arms"][:2]
+    assert len(adasgd["weight"]) == len(adasgd["tau"]) == 400
+    # DynSGD applies exactly 1/(τ+1); AdaSGD's boost lifts the typical non-IID batch above it
+    np_tau = dynsgd["tau"]
+    assert all(abs(w - 1 / (t + 1)) < 1e-9 for w, t in zip(dynsgd["weight"], np_tau, strict=True))
+    assert data["summary"]["arms"][0]["weight_vs_dynsgd"] > 1.2

@@ -146,9 +146,13 @@ def test_each_strategy_declares_its_settings():
     from server.settings import Settings
 
     for name, cls in STRATEGIES.items():
-        params = strategy_params(Settings(strategy=name, _env_file=None))
+        assert {"learning_rate", "k", "time_window"} <= {f.name for f in fields(cls.settings)}
+        params = strategy_params(
+            Settings(strategy=name, learning_rate=0.1, k=2, time_window=3.0, _env_file=None)
+        )
         assert {"learning_rate", "k", "time_window"} <= set(params)
         assert repr(cls(**params))  # the strategy accepts exactly what it declares
+        assert repr(cls(**strategy_params(Settings(strategy=name, _env_file=None))))  # and its own defaults
     assert "over_selection" in strategy_params(Settings(strategy="ssgd", _env_file=None))
     assert "percentile" not in strategy_params(Settings(strategy="fedbuff", _env_file=None))
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from server.strategies.adabuff import AdaBuff
 from server.strategies.adasgd import AdaSGD
 from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dynsgd import DynSGD
+from server.strategies.dynsgd_clip import DynSGDClip
+from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
 from server.strategies.ssgd import SSGD
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (AdaSGD, DynSGD, FedAvgAsync, FedBuff, SSGD)
+    cls.name: cls
+    for cls in (AdaBuff, AdaSGD, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, SSGD)
 }
 
 
@@ -26,11 +30,15 @@ def make_strategy(name: str, **params: Any) -> Strategy:
 
 
 __all__ = [
+    "AdaBuff",
     "AdaSGD",
     "Arrival",
     "DynSGD",
+    "DynSGDClip",
+    "FedAdam",
     "FedAvgAsync",
     "FedBuff",
+    "FedYogi",
     "SSGD",
     "STRATEGIES",
     "Strategy",

@@ -6,6 +6,11 @@
 τ_thres/2. Until ``bootstrap`` staleness values were seen, Λ is DynSGD's 1/(τ+1). sim_i is the
 Bhattacharyya coefficient between the gradient's mini-batch labels and the global label distribution
 (all samples used so far, or — ``global_counts="weighted"`` — each counted with its applied weight).
+
+Standing (issue 19): kept as the thesis's strategy, no longer the default. On 2-label non-IID batches
+the boost lifts almost every gradient alike (×2, docs/results/adasgd-why.md) and exp dampening favours
+the fastest devices' gradients, so its best rate is 2-4x below DynSGD's and it diverges at rates
+DynSGD and the default, DynSGDClip, still learn at (docs/results/default-search.md).
 """
 
 from __future__ import annotations

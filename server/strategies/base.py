@@ -47,8 +47,8 @@ class StrategySettings:
     (server/compose.py) reads the same-named fields from the configuration and passes them as keyword
     arguments, so adding a strategy needs no if-chain anywhere."""
 
-    learning_rate: float
-    k: int
+    learning_rate: float | None  # None: the strategy's own default
+    k: int | None
     time_window: float | None
 
     @classmethod
@@ -57,7 +57,8 @@ class StrategySettings:
         return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
     def kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The settings that were given: an unset (None) one leaves the strategy's own default."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 @dataclass
@@ -116,15 +117,24 @@ class Strategy(ABC):
         return self.time_window is not None and now - self.buffer[0].received_at >= self.time_window
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
-        """θ − γ Σ w_i G_i over the buffer, as a new array; empties the buffer."""
-        step = np.zeros_like(params)
-        for item in self.buffer:
-            step += np.float32(item.weight) * item.gradient
-        if self.average and self.buffer:
-            step /= np.float32(len(self.buffer))
+        """The new parameters from the buffer's combined gradient, as a new array; empties the buffer."""
+        direction = self.combine(params)
         self.buffer.clear()
         self.updates += 1
-        return params - np.float32(self.learning_rate) * step
+        return self.apply(params, direction)
+
+    def combine(self, params: np.ndarray) -> np.ndarray:
+        """Σ w_i G_i over the buffer (divided by its length when ``average``)."""
+        direction = np.zeros_like(params)
+        for item in self.buffer:
+            direction += np.float32(item.weight) * item.gradient
+        if self.average and self.buffer:
+            direction /= np.float32(len(self.buffer))
+        return direction
+
+    def apply(self, params: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        """The server's step: plain SGD, θ − γ·direction (server optimizers override this)."""
+        return params - np.float32(self.learning_rate) * direction
 
     def describe(self) -> dict[str, Any]:
         """Current figures worth showing (τ_thres, counters)."""

@@ -9,5 +9,8 @@ from server.strategies.dampening import inverse_dampening
 class DynSGD(Strategy):
     name = "dynsgd"
 
+    def __init__(self, *, learning_rate: float = 0.2, k: int = 1, time_window: float | None = None) -> None:
+        super().__init__(learning_rate=learning_rate, k=k, time_window=time_window)
+
     def weigh(self, arrival: Arrival) -> float:
         return inverse_dampening(arrival.staleness)

@@ -13,7 +13,7 @@ class FedBuff(Strategy):
     name = "fedbuff"
     average = True
 
-    def __init__(self, *, learning_rate: float = 0.05, k: int = 10, time_window: float | None = None) -> None:
+    def __init__(self, *, learning_rate: float = 0.2, k: int = 10, time_window: float | None = None) -> None:
         super().__init__(learning_rate=learning_rate, k=k, time_window=time_window)
 
     def weigh(self, arrival: Arrival) -> float:

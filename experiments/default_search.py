@@ -1,0 +1,371 @@
+"""Issue 19: which configuration should Fleet ship as its default? Candidates measured, not assumed.
+
+Every candidate runs on simulated fleets that are always online with fixed per-device speeds spread 7x
+(the peer benchmark's 0.5-3.5 ms per sample on top of ~1 ms of compute, `fleet bench peer`), with the
+real ONNX gradients of the thesis CNN, batch 100. Workloads: 20 devices × 2 label-sorted shards (the
+peer workload), the same 20 with IID data, 100 devices × 40 digits, and 1,000 devices × 80 digits drawn
+from 100 sorted shards (shards overlap). Rates are tuned on data seed 1000 (another shuffle and
+split of the 5,000 digits than any reported run); reported: seeds 1-3. Each strategy's rate curve
+(time to target against 0.25x-4x its rate) shows which ones forgive a wrong rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.report import figure, save_figure, write_json, write_markdown
+from server.strategies import Strategy
+
+TUNE_SEED = 1000
+REPORT_SEEDS = (1, 2, 3)
+RATE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+SGD_GRID = (0.1, 0.2, 0.4, 0.8)
+ADAPTIVE_GRID = (0.0025, 0.005, 0.01, 0.02)
+
+
+def candidates() -> dict[str, tuple[Callable[[float], Strategy], tuple[float, ...]]]:
+    """name → (strategy built at a learning rate, the rate grid it is tuned over)."""
+    from server.strategies import AdaSGD, DynSGD, DynSGDClip, FedBuff
+    from server.strategies.adabuff import AdaBuff
+    from server.strategies.fedadam import FedAdam
+    from server.strategies.wrappers import ClipNorm, WarmUp
+
+    return {
+        "adasgd": (lambda lr: AdaSGD(learning_rate=lr), SGD_GRID),
+        "dynsgd": (lambda lr: DynSGD(learning_rate=lr), SGD_GRID),
+        "fedbuff": (lambda lr: FedBuff(learning_rate=lr, k=10), SGD_GRID),
+        "adabuff": (lambda lr: AdaBuff(learning_rate=lr, k=10), SGD_GRID),
+        "fedadam": (lambda lr: FedAdam(learning_rate=lr, k=10), ADAPTIVE_GRID),
+        "adasgd+clip+warmup": (lambda lr: WarmUp(ClipNorm(AdaSGD(learning_rate=lr))), SGD_GRID),
+        "dynsgd+clip": (lambda lr: ClipNorm(DynSGD(learning_rate=lr)), SGD_GRID),
+        "fedbuff+clip+warmup": (lambda lr: WarmUp(ClipNorm(FedBuff(learning_rate=lr, k=10))), SGD_GRID),
+        "dynsgd-clip": (lambda lr: DynSGDClip(learning_rate=lr), SGD_GRID),
+    }
+
+
+@dataclass(frozen=True)
+class Workload:
+    devices: int
+    partition: str  # "sorted" (2 label-sorted shards per device) or "iid"
+    digits: int  # per device
+    target: float
+    cap: int  # gradients
+    eval_every: int  # gradients
+
+
+WORKLOADS = {
+    "peer-20": Workload(20, "sorted", 200, 0.90, 8_000, 40),
+    "iid-20": Workload(20, "iid", 200, 0.90, 8_000, 40),
+    "fleet-100": Workload(100, "sorted", 40, 0.90, 16_000, 100),
+    "fleet-1000": Workload(1000, "sorted", 80, 0.90, 20_000, 500),
+    "quick-20": Workload(20, "sorted", 200, 0.90, 300, 50),  # tests: a few hundred gradients
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    candidate: str
+    lr: float
+    workload: str
+    seed: int
+
+    def key(self) -> str:
+        return f"{self.candidate}_lr{self.lr}_{self.workload}_s{self.seed}"
+
+    def spec(self) -> dict[str, Any]:
+        return {"run": asdict(self), "workload": asdict(WORKLOADS[self.workload]), "v": 1}
+
+
+_BENCHES: dict[int, Any] = {}
+
+
+def workbench(seed: int) -> Any:
+    """Data seed → a Workbench on that shuffle and train/test split (one per process)."""
+    if seed not in _BENCHES:
+        from models.manifest import builtin
+        from sim.controlled import Workbench
+        from sim.data import load_mnist
+
+        train, test = load_mnist(seed=seed)
+        _BENCHES[seed] = Workbench(builtin("mnist_cnn"), train, test)
+    return _BENCHES[seed]
+
+
+def shard_maker(w: Workload, labels: np.ndarray, seed: int) -> Callable[[np.random.Generator], np.ndarray]:
+    """Each new device's digits: disjoint shards while they last (20 and 100 devices), then drawn."""
+    from sim.data import partition_iid, partition_sorted_shards
+
+    rng = np.random.default_rng([seed, 7])
+    if w.devices * w.digits <= len(labels):
+        pool = np.sort(rng.choice(len(labels), w.devices * w.digits, replace=False))
+        parts = (
+            partition_iid(len(pool), w.devices, rng)
+            if w.partition == "iid"
+            else partition_sorted_shards(labels[pool], w.devices, rng)
+        )
+        dealt = iter([pool[p] for p in parts])
+        return lambda r: next(dealt)
+    shards = np.array_split(np.argsort(labels, kind="stable"), 2 * len(labels) // w.digits)
+    return lambda r: np.concatenate([shards[i] for i in r.choice(len(shards), 2, replace=False)])
+
+
+def peer_speeds(devices: int) -> list[float]:
+    """'GFLOP/s' such that a 100-sample task takes 100 × (delay + 1 ms): delays 0.5 … 3.5 ms/sample."""
+    return [1.0 / (d + 1.0) for d in np.linspace(0.5, 3.5, devices)]
+
+
+def simulator(run: Run, factory: Callable[[], Strategy] | None = None) -> Any:
+    """The run's fleet: always online, fixed speeds, its workload's shards (``factory`` overrides the
+    candidate, e.g. to record what the strategy sees)."""
+    from sim.fleet import FleetSimulator
+    from sim.population import FleetTiming
+
+    w = WORKLOADS[run.workload]
+    bench = workbench(run.seed)
+    build, _ = candidates()[run.candidate]
+    timing = FleetTiming(
+        flops_per_sample=1e6,
+        latency_median=0.005,
+        latency_sigma=0.3,
+        mean_online=1e12,
+        mean_offline=1e-3,
+        churn=0.0,
+    )
+    return FleetSimulator(
+        bench,
+        factory or (lambda: build(run.lr)),
+        devices=w.devices,
+        shard_for=shard_maker(w, bench.train.y, run.seed),
+        seed=run.seed,
+        timing=timing,
+        speeds=peer_speeds(w.devices),
+        eval_every_gradients=w.eval_every,
+    )
+
+
+def simulate(run: Run) -> dict[str, Any]:
+    w = WORKLOADS[run.workload]
+    result = simulator(run).run(max_gradients=w.cap, target=w.target, give_up=collapsed)
+    hit = result.first_time_at(w.target)
+    final = result.accuracy[-1] if result.accuracy else 0.0
+    return {
+        "run": asdict(run),
+        "times": [round(t, 3) for t in result.times],
+        "accuracy": [round(a, 4) for a in result.accuracy],
+        "gradients_at": result.gradients_at_eval,
+        "time_to_target": hit[0] if hit else None,
+        "gradients_to_target": hit[2] if hit else None,
+        "end_time": result.end_time,
+        "gradients": result.gradients,
+        "diverged": result.diverged,
+        "final_accuracy": final,
+        "staleness_p50": float(np.median(result.staleness)) if result.staleness else None,
+        "staleness_p99": float(np.percentile(result.staleness, 99)) if result.staleness else None,
+    }
+
+
+def collapsed(result: Any, evaluations: int = 10, chance: float = 0.15) -> bool:
+    """A dead model: the last ``evaluations`` evaluations identical and at chance level (a too-large rate
+    kills every ReLU and the model answers one class forever). A slow start fluctuates, so it goes on."""
+    tail = result.accuracy[-evaluations:]
+    return len(result.accuracy) > 2 * evaluations and max(tail) <= chance and max(tail) - min(tail) < 1e-9
+
+
+def censored_time(output: dict[str, Any]) -> float:
+    """Time to target, or the run's end (censored) for a miss; a divergence ranks last."""
+    if output["time_to_target"] is not None:
+        return float(output["time_to_target"])
+    return math.inf if output["diverged"] else float(output["end_time"]) * 1.0001
+
+
+# -- the experiment: tune, report, rate curves ---------------------------------------------------------
+def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
+    from experiments import protocol as p
+    from server.settings import Settings
+
+    names = QUICK if quick else tuple(candidates())
+    workloads = ("quick-20",) if quick else ("peer-20", "iid-20", "fleet-100", "fleet-1000")
+    tune_on = workloads[0]
+    seeds = REPORT_SEEDS[:1] if quick else REPORT_SEEDS
+    runner = p.Runner(
+        out_dir / "cache" / "default-search", work=simulate, **({"workers": 1} if quick else {})
+    )
+    grids = {n: (candidates()[n][1][2],) if quick else candidates()[n][1] for n in names}
+    tuning = runner.run([Run(n, lr, tune_on, TUNE_SEED) for n in names for lr in grids[n]])
+    rates = {
+        n: min(grids[n], key=lambda lr, n=n: censored_time(tuning[Run(n, lr, tune_on, TUNE_SEED)]))
+        for n in names
+    }
+    default = Settings(_env_file=None).strategy  # the shipped default, at its own untuned rate
+    rows = {**{(n, "tuned"): (n, r) for n, r in rates.items()}, (default, "default"): (default, DEFAULT_RATE)}
+    per_workload = {wl: seeds if wl == tune_on else seeds[:1] for wl in workloads}  # others: one seed (time)
+    reported = {
+        (row, wl, s): Run(n, lr, wl, s)
+        for row, (n, lr) in rows.items()
+        for wl in workloads
+        for s in per_workload[wl]
+        if wl != "fleet-1000" or n in AT_1000 or row[1] == "default"
+    }
+    curves = {
+        (row, f): Run(n, round(lr * f, 6), tune_on, seeds[0])
+        for row, (n, lr) in rows.items()
+        for f in ((1.0,) if quick else RATE_FACTORS)
+    }
+    done = runner.run(list(reported.values()) + list(curves.values()))
+    label = {row: f"{row[0]} (default, untuned)" if row[1] == "default" else row[0] for row in rows}
+    table = {
+        label[row]: {
+            "lr": rows[row][1],
+            **{
+                wl: summarize([done[reported[row, wl, s]] for s in per_workload[wl]], WORKLOADS[wl])
+                for wl in workloads
+                if (row, wl, per_workload[wl][0]) in reported
+            },
+        }
+        for row in rows
+    }
+    rate_curves = {
+        label[row]: {f: point(done[curves[row, f]]) for (r, f) in curves if r == row} for row in rows
+    }
+    name = "default-search-quick" if quick else "default-search"
+    summary = {
+        "quick": quick,
+        "tuned": rates,
+        "default": default,
+        "default_rate": DEFAULT_RATE,
+        "table": table,
+        "rate_curves": rate_curves,
+        "seeds": seeds,
+        "tune_seed": TUNE_SEED,
+    }
+    payload = write_json(
+        out_dir,
+        name,
+        {
+            "summary": summary,
+            "tuning": list(tuning.values()),
+            "reported": [done[r] for r in reported.values()],
+        },
+    )
+    plot(summary, [done[reported[row, tune_on, seeds[0]]] for row in rows], out_dir, name)
+    write_markdown(out_dir, name, markdown(summary, name))
+    return payload
+
+
+QUICK = ("dynsgd", "dynsgd-clip")
+AT_1000 = ("dynsgd", "fedbuff")  # 1,000 devices: ~20,000 gradients a run, so the default and two baselines
+DEFAULT_RATE = 0.5  # DynSGDClip's class default, fixed before the reported seeds ran
+
+
+def point(output: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "lr": output["run"]["lr"],
+        "time": output["time_to_target"],
+        "gradients": output["gradients_to_target"],
+        "diverged": output["diverged"],
+        "end_time": output["end_time"],
+    }
+
+
+def summarize(outputs: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
+    from experiments import stats
+
+    times = stats.censored_range([o["time_to_target"] for o in outputs], [o["end_time"] for o in outputs])
+    grads = stats.censored_range([o["gradients_to_target"] for o in outputs], w.cap)
+    return {
+        "time": times,
+        "gradients": grads,
+        "diverged": sum(o["diverged"] for o in outputs),
+        "staleness_p50": float(np.median([o["staleness_p50"] or 0 for o in outputs])),
+    }
+
+
+def plot(summary: dict[str, Any], curves: list[dict[str, Any]], out_dir: Path, name: str) -> None:
+    fig, (ax_curve, ax_rate) = figure(2, width=6.0)
+    for output in curves:
+        run = output["run"]
+        ax_curve.plot(output["times"], output["accuracy"], label=f"{run['candidate']} γ={run['lr']}")
+    ax_curve.axhline(WORKLOADS["peer-20"].target, color="k", lw=0.5, ls=":")
+    ax_curve.set(
+        xlabel="virtual seconds",
+        ylabel="test accuracy",
+        ylim=(0, 1),
+        title=f"peer-20, seed {summary['seeds'][0]}, each at its tuned rate",
+    )
+    ax_curve.legend(fontsize=7)
+    for i, (cand, points) in enumerate(summary["rate_curves"].items()):
+        factors = sorted(points, key=float)
+        xs = [float(f) for f in factors]
+        ys = [points[f]["time"] if points[f]["time"] is not None else points[f]["end_time"] for f in factors]
+        line = ax_rate.plot(xs, ys, "-", color=f"C{i}", label=cand)[0]
+        for x, f, y in zip(xs, factors, ys, strict=True):
+            missed = points[f]["time"] is None
+            ax_rate.plot(
+                x,
+                y,
+                "x" if points[f]["diverged"] else "o",
+                color=line.get_color(),
+                mfc="none" if missed else line.get_color(),
+            )
+    ax_rate.set(
+        xscale="log",
+        yscale="log",
+        xlabel="rate / tuned rate",
+        ylabel="virtual s to 90% (open: missed, x: diverged)",
+        title="forgiving a wrong rate",
+    )
+    ax_rate.legend(fontsize=7)
+    save_figure(fig, out_dir, name)
+
+
+def markdown(summary: dict[str, Any], name: str) -> str:
+    from experiments.report import fmt
+
+    workloads = list(dict.fromkeys(w for row in summary["table"].values() for w in row if w != "lr"))
+    lines = [
+        "# Choosing the default strategy (issue 19)",
+        "",
+        "`fleet experiment default-search`: simulated always-online fleets with fixed speeds spread 7x, "
+        "real ONNX gradients of the thesis CNN, batch 100. Rates tuned on data seed "
+        f"{summary['tune_seed']}; reported seeds {', '.join(map(str, summary['seeds']))} (IID: the first "
+        "only): median (range) of virtual seconds to the target, a miss counted at its end and marked "
+        f"censored. Figure: [{name}.png]({name}.png).",
+        "",
+        "| candidate | γ | " + " | ".join(f"{w} (to {WORKLOADS[w].target:.0%})" for w in workloads) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in workloads) + " |",
+    ]
+    for cand, row in summary["table"].items():
+        cells = [
+            "-"
+            if w not in row
+            else fmt(row[w]["time"], 1) + (f", {row[w]['diverged']} diverged" if row[w]["diverged"] else "")
+            for w in workloads
+        ]
+        lines.append(f"| {cand} | {row['lr']} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Rate curves (peer-20): virtual seconds to 90% at a multiple of the tuned rate",
+        "",
+        "| candidate | " + " | ".join(f"×{f}" for f in RATE_FACTORS) + " |",
+        "| --- | " + " | ".join("---" for _ in RATE_FACTORS) + " |",
+    ]
+    for cand, points in summary["rate_curves"].items():
+        cells = []
+        for f in RATE_FACTORS:
+            pt = points.get(f) or points.get(str(f))
+            if pt is None:
+                cells.append("-")
+            elif pt["diverged"]:
+                cells.append("diverged")
+            elif pt["time"] is None:
+                cells.append(f"> {pt['end_time']:.0f}")
+            else:
+                cells.append(f"{pt['time']:.1f}")
+        lines.append(f"| {cand} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

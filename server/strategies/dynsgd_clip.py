@@ -1,0 +1,43 @@
+"""DynSGD made forgiving, Fleet's default: 1/(τ+1) dampening, each gradient clipped to the median norm
+of the last 100, and the rate ramped up over the first 200 gradients.
+
+Chosen by measurement (issue 19, docs/results/default-search.md): the dampening keeps stale gradients
+small however many devices are in flight; clipping stops the rare huge gradient (and a model pushed
+by one) from wrecking the model; the warm-up gets past the steep first steps. Together they let the
+rate be 4x DynSGD's best, which is most of the speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.strategies.base import StrategySettings
+from server.strategies.dynsgd import DynSGD
+from server.strategies.wrappers import ClipNorm, WarmUp
+
+
+@dataclass(frozen=True)
+class DynSGDClipSettings(StrategySettings):
+    clip_factor: float
+    warmup_gradients: int
+
+
+class DynSGDClip(WarmUp):
+    name = "dynsgd-clip"  # type: ignore[assignment]
+    settings = DynSGDClipSettings
+
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.5,
+        k: int = 1,
+        time_window: float | None = None,
+        clip_factor: float = 1.0,
+        warmup_gradients: int = 200,
+    ) -> None:
+        inner = DynSGD(learning_rate=learning_rate, k=k, time_window=time_window)
+        super().__init__(ClipNorm(inner, factor=clip_factor), gradients=warmup_gradients)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "strategy": self.name}

@@ -1,0 +1,121 @@
+"""Server optimizers (FedAdam, FedYogi), the ClipNorm and WarmUp wrappers, AdaBuff: by hand, and persisted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from server.store.codec import decode_state, encode_state
+from server.strategies import Arrival, FedBuff, make_strategy
+from server.strategies.adabuff import AdaBuff
+from server.strategies.fedadam import FedAdam, FedYogi
+from server.strategies.wrappers import ClipNorm, WarmUp
+
+
+def arrival(gradient, tau: int = 0, task: str = "t") -> Arrival:
+    return Arrival(task, "d", 0, tau, np.asarray(gradient, np.float32), np.array([1, 1]), 2, 1.0, 0.0)
+
+
+def test_fedadam_matches_reddi_et_al_by_hand():
+    strategy = FedAdam(learning_rate=0.1, k=1, beta1=0.9, beta2=0.99, epsilon=1e-3)
+    strategy.receive(arrival([1.0, -2.0]))
+    params = strategy.aggregate(np.zeros(2, np.float32))
+    m = 0.1 * np.array([1.0, -2.0])
+    v = 0.99 * 1e-6 + 0.01 * np.array([1.0, 4.0])
+    np.testing.assert_allclose(params, -0.1 * m / (np.sqrt(v) + 1e-3), rtol=1e-5)
+
+
+def test_fedyogi_second_moment_moves_additively():
+    strategy = FedYogi(learning_rate=0.1, k=1, beta2=0.99, epsilon=1e-3)
+    strategy.receive(arrival([1.0, -2.0]))
+    strategy.aggregate(np.zeros(2, np.float32))
+    np.testing.assert_allclose(strategy.v, 1e-6 + 0.01 * np.array([1.0, 4.0]), rtol=1e-5)
+    strategy.receive(arrival([0.0, 0.0]))  # g² < v: v shrinks by (1−β2)·g² = 0, it does not decay
+    strategy.aggregate(np.zeros(2, np.float32))
+    np.testing.assert_allclose(strategy.v, 1e-6 + 0.01 * np.array([1.0, 4.0]), rtol=1e-5)
+
+
+def test_adaptive_step_does_not_grow_with_the_gradient_scale():
+    small, large = FedAdam(learning_rate=0.1, k=1), FedAdam(learning_rate=0.1, k=1)
+    small.receive(arrival([5.0, 5.0]))
+    large.receive(arrival([500.0, 500.0]))
+    step_small = -small.aggregate(np.zeros(2, np.float32))
+    step_large = -large.aggregate(np.zeros(2, np.float32))
+    np.testing.assert_allclose(step_small, step_large, rtol=0.01)
+
+
+def test_clipnorm_scales_outliers_to_the_median_norm():
+    strategy = ClipNorm(FedBuff(learning_rate=1.0, k=3), factor=1.0, bootstrap=2)
+    strategy.receive(arrival([3.0, 4.0], task="a"))  # norm 5, history only
+    strategy.receive(arrival([0.0, 1.0], task="b"))  # norm 1, history only
+    strategy.receive(arrival([30.0, 40.0], task="c"))  # median(5, 1) = 3 → scaled to norm 3
+    assert strategy.clipped == 1
+    params = strategy.aggregate(np.zeros(2, np.float32))
+    expected = -(np.array([3, 4]) + np.array([0, 1]) + np.array([1.8, 2.4])) / 3
+    np.testing.assert_allclose(params, expected, rtol=1e-5)
+
+
+def test_warmup_ramps_the_rate_over_gradients_then_leaves_it():
+    strategy = WarmUp(FedBuff(learning_rate=1.0, k=1), gradients=4)
+    steps = []
+    for _ in range(6):
+        strategy.receive(arrival([1.0]))
+        steps.append(-float(strategy.aggregate(np.zeros(1, np.float32))[0]))
+    assert steps == pytest.approx([0.5, 0.75, 1.0, 1.0, 1.0, 1.0])
+    assert strategy.learning_rate == 1.0  # the configured rate is untouched
+
+
+def test_wrapped_state_round_trips_through_storage():
+    strategy = WarmUp(ClipNorm(FedAdam(learning_rate=0.1, k=2), bootstrap=1), gradients=10)
+    for g in ([1.0, 2.0], [2.0, 1.0], [4.0, 4.0]):
+        strategy.receive(arrival(g))
+        if strategy.ready(0.0):
+            strategy.aggregate(np.zeros(2, np.float32))
+    restored = WarmUp(ClipNorm(FedAdam(learning_rate=0.1, k=2), bootstrap=1), gradients=10)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert restored.seen == 3 and list(restored.inner.norms) == list(strategy.inner.norms)
+    np.testing.assert_array_equal(restored.inner.inner.m, strategy.inner.inner.m)
+    assert len(restored.buffer) == 1
+    a = strategy.aggregate(np.ones(2, np.float32))
+    b = restored.aggregate(np.ones(2, np.float32))
+    np.testing.assert_allclose(a, b)
+
+
+def test_adabuff_averages_adasgd_weights_over_k():
+    strategy = AdaBuff(learning_rate=1.0, k=2, bootstrap=1000, boost_scope="none")
+    strategy.receive(arrival([1.0], tau=0))
+    strategy.receive(arrival([1.0], tau=1))
+    assert strategy.ready(0.0)
+    assert -strategy.aggregate(np.zeros(1, np.float32))[0] == pytest.approx((1 + 0.5) / 2)
+
+
+def test_unset_rate_and_k_leave_each_strategy_its_own_defaults():
+    from server.compose import strategy_params
+    from server.settings import Settings
+
+    for name in ("fedbuff", "dynsgd", "fedadam"):
+        params = strategy_params(Settings(strategy=name))
+        assert "learning_rate" not in params and "k" not in params
+        built = make_strategy(name, **params)
+        default = type(built)()
+        assert (built.learning_rate, built.k) == (default.learning_rate, default.k)
+    assert strategy_params(Settings(strategy="fedbuff", learning_rate=0.3, k=4))["k"] == 4
+
+
+def test_the_default_configuration_is_dynsgd_clip_at_its_own_rate():
+    from server.compose import strategy_params
+    from server.settings import Settings
+    from server.strategies import DynSGDClip
+
+    settings = Settings(_env_file=None)
+    strategy = make_strategy(settings.strategy, **strategy_params(settings))
+    assert isinstance(strategy, DynSGDClip)
+    assert strategy.learning_rate == DynSGDClip().learning_rate and strategy.k == 1
+    assert strategy.describe()["strategy"] == "dynsgd-clip"
+    # clipping and warm-up act: a 10x gradient after five normal ones is cut to the median norm
+    for i in range(5):
+        strategy.receive(arrival([1.0, 0.0], task=str(i)))
+        strategy.aggregate(np.zeros(2, np.float32))
+    strategy.receive(arrival([10.0, 0.0]))
+    step = -strategy.aggregate(np.zeros(2, np.float32))
+    assert step[0] == pytest.approx(strategy.learning_rate * (6 + 1) / 200 * 1.0)  # warm-up after 6 gradients
