@@ -24,7 +24,12 @@ BENCHMARKS: dict[str, str] = {
 }
 # Benchmarks with a report of their own (docs/results/NAME.md/.json): each module has
 # ``main(*, quick: bool, out_dir: Path) -> dict`` and writes its files itself.
-REPORTS: dict[str, str] = {"fuzz": "bench.fuzz", "soak": "bench.soak", "chaos": "bench.chaos"}
+REPORTS: dict[str, str] = {
+    "fuzz": "bench.fuzz",
+    "soak": "bench.soak",
+    "chaos": "bench.chaos",
+    "peer": "bench.peer",
+}
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 

@@ -43,8 +43,10 @@ class WorkerConfig:
 
     ``min_ms_per_sample`` emulates a slower phone: after computing, the worker sleeps until the
     task took at least ``batch_size * min_ms_per_sample`` ms; the reported compute time includes
-    the sleep. ``max_consecutive_errors`` bounds repeated non-network failures (network failures
-    are retried forever, with capped exponential backoff).
+    the sleep. ``delay_ms_per_sample`` instead adds ``batch_size * delay_ms_per_sample`` ms on top of
+    the real compute, however long that took (what a benchmark against another system needs: the same
+    added delay on both sides, bench/peer.py). ``max_consecutive_errors`` bounds repeated non-network
+    failures (network failures are retried forever, with capped exponential backoff).
     """
 
     base_url: str
@@ -53,6 +55,7 @@ class WorkerConfig:
     device_model: str = field(default_factory=default_device_model)
     threads: int = 1
     min_ms_per_sample: float | None = None
+    delay_ms_per_sample: float | None = None
     max_tasks: int | None = None
     max_seconds: float | None = None
     seed: int | None = None
@@ -197,6 +200,10 @@ class Worker:
             # the emulated slower phone computes for the whole stretched time: charge at least the floor
             # as CPU time (also when a loaded machine already took longer than the floor in wall time)
             busy = max(cpu_seconds + max(remaining, 0.0), floor)
+        if self.config.delay_ms_per_sample:
+            pause = grant.batch_size * self.config.delay_ms_per_sample / 1000.0
+            time.sleep(pause)
+            busy += pause  # charged as compute, like the floor above
         compute_time_ms = (time.perf_counter() - start) * 1000.0
         reading = self.energy.end(mark, busy)
 

@@ -57,6 +57,9 @@ def worker(
     device_model: Annotated[str | None, typer.Option(help="e.g. 'Galaxy S7'")] = None,
     threads: int = 1,
     min_ms_per_sample: Annotated[float | None, typer.Option(help="emulate a slower device")] = None,
+    delay_ms_per_sample: Annotated[
+        float | None, typer.Option(help="sleep this per sample of each task on top of the real compute")
+    ] = None,
     max_tasks: int | None = None,
     max_seconds: float | None = None,
     ca_bundle: Annotated[Path | None, typer.Option(help="CA file to verify an HTTPS coordinator")] = None,
@@ -75,6 +78,7 @@ def worker(
         data=data,
         threads=threads,
         min_ms_per_sample=min_ms_per_sample,
+        delay_ms_per_sample=delay_ms_per_sample,
         max_tasks=max_tasks,
         max_seconds=max_seconds,
         verify=str(ca_bundle) if ca_bundle else True,
