@@ -42,9 +42,18 @@ from bench.peer_workload import Workload, write_workload
 
 Arm = FleetArm | FlowerArm
 
-# Fleet untuned, then the best rates per strategy; "fleet:x0.25" … "fleet:x4" add the default
-# strategy at multiples of its own rate.
-FLEET_ARMS = ("fleet", "fleet:fedbuff:0.4:k10", "fleet:dynsgd:0.2", "fleet:adasgd:0.05")
+# Fleet untuned, then the best rates per strategy and the default strategy at the rate the
+# simulated search tuned (docs/results/default-search.md); "fleet:x0.25" and "fleet:x4": the default
+# strategy at a quarter and four times its own rate (does a wrong rate forgive?).
+FLEET_ARMS = (
+    "fleet",
+    "fleet:fedbuff:0.4:k10",
+    "fleet:dynsgd:0.2",
+    "fleet:adasgd:0.05",
+    "fleet:dynsgd-clip:0.8",
+    "fleet:x0.25",
+    "fleet:x4",
+)
 # FedAvg tuned over two configurations: one epoch of the device's 200 digits (2 steps) or two (4 steps)
 # per round at SGD rate 0.1 (2 epochs at 0.05 would take the same step per round in twice the time).
 FLOWER_ARMS = ("flower:e1:0.1", "flower:e2:0.1")
