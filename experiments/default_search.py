@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.report import figure, save_figure, write_json, write_markdown
+from experiments.report import write_json, write_markdown
 from server.strategies import Strategy
 
 TUNE_SEED = 1000
@@ -187,6 +187,7 @@ def censored_time(output: dict[str, Any]) -> float:
 # -- the experiment: tune, report, rate curves ---------------------------------------------------------
 def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     from experiments import protocol as p
+    from experiments.default_search_report import markdown, plot
     from server.settings import Settings
 
     names = QUICK if quick else tuple(candidates())
@@ -284,88 +285,3 @@ def summarize(outputs: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
         "diverged": sum(o["diverged"] for o in outputs),
         "staleness_p50": float(np.median([o["staleness_p50"] or 0 for o in outputs])),
     }
-
-
-def plot(summary: dict[str, Any], curves: list[dict[str, Any]], out_dir: Path, name: str) -> None:
-    fig, (ax_curve, ax_rate) = figure(2, width=6.0)
-    for output in curves:
-        run = output["run"]
-        ax_curve.plot(output["times"], output["accuracy"], label=f"{run['candidate']} γ={run['lr']}")
-    ax_curve.axhline(WORKLOADS["peer-20"].target, color="k", lw=0.5, ls=":")
-    ax_curve.set(
-        xlabel="virtual seconds",
-        ylabel="test accuracy",
-        ylim=(0, 1),
-        title=f"peer-20, seed {summary['seeds'][0]}, each at its tuned rate",
-    )
-    ax_curve.legend(fontsize=7)
-    for i, (cand, points) in enumerate(summary["rate_curves"].items()):
-        factors = sorted(points, key=float)
-        xs = [float(f) for f in factors]
-        ys = [points[f]["time"] if points[f]["time"] is not None else points[f]["end_time"] for f in factors]
-        line = ax_rate.plot(xs, ys, "-", color=f"C{i}", label=cand)[0]
-        for x, f, y in zip(xs, factors, ys, strict=True):
-            missed = points[f]["time"] is None
-            ax_rate.plot(
-                x,
-                y,
-                "x" if points[f]["diverged"] else "o",
-                color=line.get_color(),
-                mfc="none" if missed else line.get_color(),
-            )
-    ax_rate.set(
-        xscale="log",
-        yscale="log",
-        xlabel="rate / tuned rate",
-        ylabel="virtual s to 90% (open: missed, x: diverged)",
-        title="forgiving a wrong rate",
-    )
-    ax_rate.legend(fontsize=7)
-    save_figure(fig, out_dir, name)
-
-
-def markdown(summary: dict[str, Any], name: str) -> str:
-    from experiments.report import fmt
-
-    workloads = list(dict.fromkeys(w for row in summary["table"].values() for w in row if w != "lr"))
-    lines = [
-        "# Choosing the default strategy (issue 19)",
-        "",
-        "`fleet experiment default-search`: simulated always-online fleets with fixed speeds spread 7x, "
-        "real ONNX gradients of the thesis CNN, batch 100. Rates tuned on data seed "
-        f"{summary['tune_seed']}; reported seeds {', '.join(map(str, summary['seeds']))} (IID: the first "
-        "only): median (range) of virtual seconds to the target, a miss counted at its end and marked "
-        f"censored. Figure: [{name}.png]({name}.png).",
-        "",
-        "| candidate | γ | " + " | ".join(f"{w} (to {WORKLOADS[w].target:.0%})" for w in workloads) + " |",
-        "| --- | --- | " + " | ".join("---" for _ in workloads) + " |",
-    ]
-    for cand, row in summary["table"].items():
-        cells = [
-            "-"
-            if w not in row
-            else fmt(row[w]["time"], 1) + (f", {row[w]['diverged']} diverged" if row[w]["diverged"] else "")
-            for w in workloads
-        ]
-        lines.append(f"| {cand} | {row['lr']} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Rate curves (peer-20): virtual seconds to 90% at a multiple of the tuned rate",
-        "",
-        "| candidate | " + " | ".join(f"×{f}" for f in RATE_FACTORS) + " |",
-        "| --- | " + " | ".join("---" for _ in RATE_FACTORS) + " |",
-    ]
-    for cand, points in summary["rate_curves"].items():
-        cells = []
-        for f in RATE_FACTORS:
-            pt = points.get(f) or points.get(str(f))
-            if pt is None:
-                cells.append("-")
-            elif pt["diverged"]:
-                cells.append("diverged")
-            elif pt["time"] is None:
-                cells.append(f"> {pt['end_time']:.0f}")
-            else:
-                cells.append(f"{pt['time']:.1f}")
-        lines.append(f"| {cand} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
