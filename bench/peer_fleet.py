@@ -22,6 +22,7 @@ import numpy as np
 
 from bench.peer_workload import BATCH, MODEL, Workload
 from server.process import ADMIN, ENROLL, ServerProcess
+from server.strategies import default_strategy
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,6 @@ class FleetArm:
         if self.rate_factor is not None:
             chosen["learning_rate"] = round(default_rate * self.rate_factor, 6)
         return {k: v for k, v in chosen.items() if v is not None}
-
-
-def default_strategy() -> tuple[str, float]:
-    """server/settings.py's default strategy and that strategy's own default rate, read at run time."""
-    from server.settings import Settings
-    from server.strategies import make_strategy
-
-    name = str(Settings.model_fields["strategy"].default)
-    return name, float(make_strategy(name).describe()["learning_rate"])
 
 
 @dataclass

@@ -4,7 +4,8 @@
 200 shards at random, so shards overlap); speed classes from Galaxy S6 to S10 (7.2x), lognormal
 latency, sessions and churn (sim/population.py). Compared: AdaSGD (K = 1), FedBuff (K = 10), SSGD
 whose rounds of 10 wait for the slowest selected device, and SSGD as production runs it (130%
-over-selection, a round deadline that drops late devices). Reported: virtual time and gradients
+over-selection, a round deadline that drops late devices), and Fleet's default strategy at its own
+rate, untuned, in both protocols (issue 19). Reported: virtual time and gradients
 computed until 80% test accuracy, under both protocols: (a) every arm at the shared rate of
 `staleness` (DynSGD's best under D2), (b) each arm at its own rate, tuned on seed 1000. Also measures
 the simulator's overhead at 1,000 devices.
@@ -25,17 +26,20 @@ from experiments import cache, stats
 from experiments import protocol as p
 from experiments.report import figure, fmt, save_figure, write_json, write_markdown
 from experiments.shared_lr import shared_lr
+from server.strategies import default_strategy
 
 ROUND = 10
 DEADLINE = 4.0  # seconds: the median device finishes a 100-sample task in about 2 s
 
 
 BUDGET = 10_000  # gradients per run; a run stops at 80% test accuracy
-ARMS = ("adasgd", "fedbuff", "ssgd-wait-all", "ssgd-production")
+ARMS = ("adasgd", "fedbuff", "ssgd-wait-all", "ssgd-production", "default")
+TUNED = ARMS[:-1]  # the default is never tuned: it runs at its own rate, as a deployment that sets nothing
 
 
 def arms(lr: float) -> dict[str, tuple[str, dict[str, Any]]]:
     return {
+        "default": (default_strategy()[0], {}),  # its own rate whatever ``lr`` says
         "adasgd": ("adasgd", {"learning_rate": lr}),
         "fedbuff": ("fedbuff", {"learning_rate": lr, "k": ROUND}),
         "ssgd-wait-all": ("ssgd", {"learning_rate": lr, "k": ROUND}),
@@ -189,13 +193,17 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     directory = out_dir / "cache" / "async-vs-sync"
     grid = (shared,) if quick else p.LR_GRID
     if quick:
-        tuning = {a: tune_arm(a, grid, devices, budget, directory) for a in ARMS}
+        tuning = {a: tune_arm(a, grid, devices, budget, directory) for a in TUNED}
     else:
         with ProcessPoolExecutor(int(os.environ.get("FLEET_WORKERS", "2"))) as pool:
-            futures = {a: pool.submit(tune_arm, a, grid, devices, budget, directory) for a in ARMS}
+            futures = {a: pool.submit(tune_arm, a, grid, devices, budget, directory) for a in TUNED}
             tuning = {a: f.result() for a, f in futures.items()}
     tuned = {a: best_rate(t) for a, t in tuning.items()}
-    rates = {"a": dict.fromkeys(ARMS, shared), "b": tuned}
+    _, default_rate = default_strategy()
+    rates = {
+        "a": {**dict.fromkeys(TUNED, shared), "default": default_rate},
+        "b": {**tuned, "default": default_rate},
+    }
     runs = {
         (proto, a, s): Run(a, rates[proto][a], s, devices, 0.8, budget)
         for proto in rates
@@ -216,6 +224,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         "shared_lr": shared,
         "lr_source": lr_source,
         "tuned_lr": tuned,
+        "default": {"strategy": default_strategy()[0], "learning_rate": default_rate},
         "tuning_seed": p.TUNE_SEED,
         "seeds": list(seeds),
         "devices": devices,
@@ -271,7 +280,9 @@ def markdown(summary: dict[str, Any], tuning: dict[str, Any]) -> str:
         "with censored seeds). "
         f"(a) every arm at {summary['shared_lr']} ({summary['lr_source']}); (b) each arm at its rate "
         f"tuned on seed {summary['tuning_seed']} over {list(p.LR_GRID)} by virtual time to 80%: "
-        f"{summary['tuned_lr']}.",
+        f"{summary['tuned_lr']}. The default arm is Fleet's default strategy, "
+        f"{summary.get('default', {}).get('strategy')}, at its own rate "
+        f"{summary.get('default', {}).get('learning_rate')} in both protocols (untuned).",
     ]
     for proto, t in summary["tables"].items():
         lines += [

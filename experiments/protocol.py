@@ -35,6 +35,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg-async": ("fedavg-async", {}),
     "fedbuff": ("fedbuff", {"k": 1}),
     "ssgd": ("ssgd", {}),  # k = Job.ssgd_round
+    "dynsgd-clip": ("dynsgd-clip", {}),  # Fleet's default (issue 19): run at its own rate, untuned
 }
 
 

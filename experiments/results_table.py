@@ -58,6 +58,17 @@ def staleness_rows(results: Path, name: str = "staleness", label: str = "non-IID
             "AdaSGD fewest",
             _link(f"{name}.md"),
         )
+    if default := s.get("default"):
+        yield (
+            f"updates to 80%, {label} {' / '.join(dists)}: the default ({default}, untuned) vs DynSGD tuned",
+            " / ".join(
+                f"{_cell(s['tables'][f'{d}/b'], default, 'updates_to_80')} vs "
+                f"{_cell(s['tables'][f'{d}/b'], 'dynsgd', 'updates_to_80')}"
+                for d in dists
+            ),
+            "≤ DynSGD tuned",
+            _link(f"{name}.md"),
+        )
     statuses = [r for d in dists for r in s["tables"][f"{d}/a"].get("fedavg-async", {}).get("status", [])]
     if statuses:
         yield (
@@ -86,13 +97,15 @@ def async_rows(results: Path) -> Iterator[Row]:
     if data is None:
         return
     s = data["summary"]
-    for arm in ("ssgd-wait-all", "ssgd-production", "fedbuff"):
+    for arm in ("ssgd-wait-all", "ssgd-production", "fedbuff", "default"):
+        if arm not in s["tables"]["b"]["time_over_adasgd"]:
+            continue
         cells = [fmt(s["tables"][p]["time_over_adasgd"][arm], 2) for p in ("b", "a") if p in s["tables"]]
         yield (
             f"virtual time to 80%, {arm} / AdaSGD, {s['devices']} devices with a 7.2x speed spread, "
             "(b) tuned rates / (a) shared rate",
             " / ".join(cells),
-            "≥ 3 (SSGD waiting for all)" if arm == "ssgd-wait-all" else "> 1",
+            {"ssgd-wait-all": "≥ 3 (SSGD waiting for all)", "default": "≤ 1, untuned"}.get(arm, "> 1"),
             _link("async-vs-sync.md"),
         )
 
@@ -106,14 +119,64 @@ def default_rows(results: Path) -> Iterator[Row]:
     default = next(name for name in s["table"] if "(default" in name)
     for workload in (w for w in s["table"][default] if w != "lr"):
         rows = s["table"].items()
-        tuned = {n: row[workload]["time"] for n, row in rows if n != default and workload in row}
-        best = min(tuned, key=lambda n: tuned[n]["median"])
+        tuned = {n: row[workload] for n, row in rows if n != default and workload in row}
+        # a run that diverged or missed the target ranks after every run that reached it
+        best = min(
+            tuned,
+            key=lambda n: (
+                tuned[n]["diverged"] > 0,
+                tuned[n]["time"]["median_mark"] != "",
+                tuned[n]["time"]["median"],
+            ),
+        )
         yield (
             f"virtual s to 90%, {workload}: the default ({s['default']}, γ={s['default_rate']}, untuned) / "
             f"the best tuned candidate ({best})",
-            f"{fmt(s['table'][default][workload]['time'], 1)} / {fmt(tuned[best], 1)}",
+            f"{fmt(s['table'][default][workload]['time'], 1)} / {fmt(tuned[best]['time'], 1)}"
+            + (f", {tuned[best]['diverged']} diverged" if tuned[best]["diverged"] else ""),
             "within 1.1x",
             _link("default-search.md"),
+        )
+
+
+def peer_rows(results: Path) -> Iterator[Row]:
+    """`fleet bench peer`: wall time to 90% on one machine, Fleet's default against Flower and against
+    Fleet's tuned arms, and the default at a quarter and four times its rate."""
+    data = _load(results, "peer-flower")
+    if data is None:
+        return
+    arms = data["summary"]["arms"]
+    default = arms.get("fleet")
+    if default is None:
+        return
+
+    def secs(arm: dict[str, Any]) -> str:
+        return ("≥ " if arm["time_to_90_censored"] else "") + f"{arm['time_to_90_s']:.1f}"
+
+    flower = arms[data["summary"]["flower_best"]]
+    yield (
+        "wall s to 90%, peer workload (20 devices, non-IID): Fleet's default untuned / Flower FedAvg best",
+        f"{secs(default)} / {secs(flower)} "
+        f"({default['ratio_mark_90']}{default['ratio_to_flower_best_90']:.2f}x)",
+        "≤ 0.3x",
+        _link("peer-flower.md"),
+    )
+    tuned = {n: a for n, a in arms.items() if a["system"] == "fleet" and n.count(":") == 2}
+    if tuned:
+        name = min(tuned, key=lambda n: tuned[n]["time_to_90_s"])
+        ratio = default["time_to_90_s"] / tuned[name]["time_to_90_s"]
+        yield (
+            "wall s to 90%, peer workload: Fleet's default untuned / the best tuned Fleet arm",
+            f"{secs(default)} / {secs(tuned[name])} ({tuned[name]['configuration']}): {ratio:.2f}x",
+            "≤ 1.1x",
+            _link("peer-flower.md"),
+        )
+    if "fleet:x0.25" in arms and "fleet:x4" in arms:
+        yield (
+            "wall s to 90%, peer workload: the default at ×0.25 / ×4 its rate",
+            f"{secs(arms['fleet:x0.25'])} / {secs(arms['fleet:x4'])}",
+            "no divergence",
+            _link("peer-flower.md"),
         )
 
 
@@ -246,6 +309,7 @@ SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     long_tail_rows,
     async_rows,
     default_rows,
+    peer_rows,
     pruning_rows,
     profiler_rows,
     performance_rows,

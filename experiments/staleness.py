@@ -3,7 +3,8 @@
 Table: updates to 80% test accuracy (median and range over 5 paired seeds) under protocol (a), one
 shared learning rate (DynSGD's best), and (b), each strategy at its own rate tuned on seed 1000 with
 D2; AdaSGD's saving over DynSGD = median of the per-seed savings. Protocol (b) also runs two AdaSGD
-variants (applied-weight label counts; boost only for stragglers). Also used by `iid` (Fig. 3.10).
+variants (applied-weight label counts; boost only for stragglers) and Fleet's default strategy at its
+own rate, untuned (issue 19). Also used by `iid` (Fig. 3.10).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from experiments import protocol as p
 from experiments import stats
 from experiments.report import figure, fmt, save_figure, write_json, write_markdown
+from server.strategies import default_strategy
 
 MAIN = ("adasgd", "dynsgd", "fedavg-async", "ssgd")
 EXTRA = ("adasgd-weighted", "adasgd-stragglers")
@@ -28,6 +30,7 @@ def plan(quick: bool) -> dict[str, Any]:
             "dists": ("D2",),
             "cap": 100,
             "extra": (),
+            "default": True,
             "workers": 1,
             "round": 5,
         }
@@ -37,6 +40,7 @@ def plan(quick: bool) -> dict[str, Any]:
         "dists": ("D1", "D2"),
         "cap": 3000,
         "extra": EXTRA,
+        "default": True,
         "round": p.SSGD_ROUND,
     }
 
@@ -69,20 +73,24 @@ def run(
     if dists is not None:
         cfg["dists"] = dists
     runner = p.Runner(out_dir / "cache" / name, **({"workers": cfg["workers"]} if "workers" in cfg else {}))
-    variants = (*MAIN, *cfg["extra"])
+    default, default_rate = default_strategy()
+    untuned = (default,) if cfg.get("default") else ()
+    variants = (*MAIN, *cfg["extra"], *untuned)
     tuning: dict[str, dict[float, dict[str, Any]]] = {}
-    lrs: dict[str, float] = {}
+    lrs: dict[str, float] = {default: default_rate}
     state: dict[str, Any] = {}
-    for group in (MAIN, cfg["extra"]):  # the main table first, the variants after (a long run may stop)
+    # the main table first, the variants after (a long run may stop), the untuned default last
+    for group in (MAIN, cfg["extra"], untuned):
         if not group:
             continue
-        if len(cfg["grid"]) > 1:
+        if len(cfg["grid"]) > 1 and group is not untuned:
             grids = {
                 v: [job(v, lr, p.TUNE_SEED, "D2", partition, cfg, quick) for lr in cfg["grid"]] for v in group
             }
             tuning.update(p.tune(runner, grids))
         for v in group:
-            lrs[v] = p.best_lr(tuning[v]) if v in tuning else cfg["grid"][0]
+            if group is not untuned:
+                lrs[v] = p.best_lr(tuning[v]) if v in tuning else cfg["grid"][0]
         shared = lrs["dynsgd"]
         for d in cfg["dists"]:  # one chunk per table, written as soon as it is complete
             for proto in ("a", "b"):
@@ -137,7 +145,7 @@ def summarise(
                     "updates": found[0]["updates"],
                     "accuracy": found[0]["accuracy"],
                 }
-            for v in [x for x in rows if x.startswith("adasgd")]:
+            for v in [x for x in rows if x.startswith("adasgd") or x == summary_default(variants)]:
                 rows[v]["saving_over_dynsgd_pct"] = stats.paired(
                     per_seed["dynsgd"], per_seed[v], cfg["cap"], cfg["cap"], stats.saving
                 )
@@ -145,7 +153,7 @@ def summarise(
     summary = {
         "tables": tables,
         "shared_lr": shared,
-        "tuned_lr": lrs,
+        "tuned_lr": {v: lr for v, lr in lrs.items() if v != summary_default(variants)},
         "thesis_saving_pct": THESIS,
         "seeds": list(cfg["seeds"]),
         "partition": partition,
@@ -153,6 +161,7 @@ def summarise(
         "ssgd_round": cfg["round"],
         "cap": cfg["cap"],
         "adasgd_variants": {v: p.VARIANTS[v][1] for v in variants if v.startswith("adasgd")},
+        "default": summary_default(variants),
     }
     tuning_out = {
         v: {
@@ -162,6 +171,12 @@ def summarise(
         for v, t in tuning.items()
     }
     return {"summary": summary, "tuning": tuning_out, "series": series}
+
+
+def summary_default(variants: tuple[str, ...]) -> str | None:
+    """Fleet's default strategy when this run includes it (untuned, in protocol (b) only)."""
+    default, _ = default_strategy()
+    return default if default in variants else None
 
 
 def write_outputs(result: dict[str, Any], out_dir: Path, name: str) -> None:
@@ -195,7 +210,13 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         f"SSGD: rounds of {summary['ssgd_round']} gradients (τ = 0). "
         f"Learning rates tuned on seed {p.TUNE_SEED} with D2 over {list(p.LR_GRID)}: {summary['tuned_lr']}. "
         f"Protocol (a) shared rate = DynSGD's best = {summary['shared_lr']}. AdaSGD variants: "
-        f"{summary['adasgd_variants']}. Cells: median (min–max) over seeds; runs stop at 80%; a run that "
+        f"{summary['adasgd_variants']}. "
+        + (
+            f"Fleet's default, {summary['default']}, runs in protocol (b) at its own rate, untuned. "
+            if summary.get("default")
+            else ""
+        )
+        + "Cells: median (min–max) over seeds; runs stop at 80%; a run that "
         "does not reach 80% within the cap counts as the cap (censored; a median marked ≥ is a lower bound, "
         "a saving with censored seeds is uncertain)"
         + (" (quick mode: no tuning, small cap)." if summary["quick"] else "."),
@@ -212,8 +233,9 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         for v, row in rows.items():
             save = row.get("saving_over_dynsgd_pct")
             thesis = f" (thesis {summary['thesis_saving_pct'].get(dist)})" if v == "adasgd" else ""
+            name = f"{v} (Fleet's default, untuned)" if v == summary.get("default") else v
             lines.append(
-                f"| {v} | {row['lr']} | {fmt(row['updates_to_80'])} | {fmt(row['gradients'])} | "
+                f"| {name} | {row['lr']} | {fmt(row['updates_to_80'])} | {fmt(row['gradients'])} | "
                 f"{(fmt(save, 1) + thesis) if save else ''} | {', '.join(row['status'])} |"
             )
         lines.append("")

@@ -39,6 +39,14 @@ def test_staleness_quick_orders_strategies(tmp_path):
     # SSGD (no staleness) needs the fewest updates, and computes more gradients than it makes updates
     assert final["ssgd"] >= max(final["adasgd"], final["dynsgd"])
     assert rows["ssgd"]["gradients"]["median"] > rows["dynsgd"]["gradients"]["median"]
+    # Fleet's default runs in protocol (b) at its own rate, untuned, with its saving over DynSGD
+    from server.strategies import default_strategy
+
+    name, rate = default_strategy()
+    assert data["summary"]["default"] == name and name not in data["summary"]["tuned_lr"]
+    row = data["summary"]["tables"]["D2/b"][name]
+    assert row["lr"] == rate and "saving_over_dynsgd_pct" in row
+    assert name not in data["summary"]["tables"]["D2/a"]
 
 
 @pytest.mark.timeout(120)
@@ -79,6 +87,15 @@ def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
     table = data["summary"]["tables"]["a"]["arms"]
     assert table["ssgd-wait-all"]["staleness_median"] == [0.0]
     assert table["adasgd"]["staleness_median"][0] > 0
+    # Fleet's default: its own rate in both protocols, never tuned
+    from server.strategies import default_strategy
+
+    name, rate = default_strategy()
+    assert data["summary"]["default"] == {"strategy": name, "learning_rate": rate}
+    assert "default" not in data["summary"]["tuned_lr"]
+    for proto in ("a", "b"):
+        assert "default" in data["summary"]["tables"][proto]["time_over_adasgd"]
+    assert data["series"]["a/default/1"] == data["series"]["b/default/1"]  # one run: the same rate in both
     # the overhead run computed the gradients it was asked for, without evaluation
     assert data["summary"]["sim_overhead_1000_devices"]["gradients"] == 30
     # each arm's time over AdaSGD's is computed from the censored-filled per-seed times

@@ -29,6 +29,15 @@ def make_strategy(name: str, **params: Any) -> Strategy:
     return cls(**params)
 
 
+def default_strategy() -> tuple[str, float]:
+    """Fleet's default strategy and its own rate: what a deployment that sets nothing runs (the
+    declared default, not the environment's FLEET_STRATEGY)."""
+    from server.settings import Settings
+
+    name = str(Settings.model_fields["strategy"].default)
+    return name, float(make_strategy(name).learning_rate)
+
+
 __all__ = [
     "AdaBuff",
     "AdaSGD",
@@ -41,6 +50,7 @@ __all__ = [
     "FedYogi",
     "SSGD",
     "STRATEGIES",
+    "default_strategy",
     "Strategy",
     "StrategySettings",
     "TaskTerms",
