@@ -10,8 +10,8 @@ Bhattacharyya coefficient between the gradient's mini-batch labels and the globa
 Standing (issue 19): kept as the thesis's strategy, no longer the default. On 2-label non-IID batches
 the boost lifts almost every gradient alike (x2, docs/results/adasgd-why.md) and exp dampening favours
 the fastest devices' gradients, so its best rate is 2-4x below DynSGD's and it diverges at 4x its best
-(docs/results/default-search.md). On the real peer workload, at its best rate, it took 20.2 s to 90%
-against 9.7 s for the default, DynSGDClip, untuned (docs/results/peer-flower.md).
+(docs/results/default-search.md). On the real peer workload, at its best rate, it took 20.2 and 22.3 s to
+90% in two runs, against 9.7 and 12.9 s for the default, DynSGDClip, untuned (docs/results/peer-flower.md).
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ Fleet's devices are: the benchmark runs both modes and says which numbers come f
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import time
 from pathlib import Path
 
@@ -45,13 +43,7 @@ def server(args: argparse.Namespace) -> None:
 
     def evaluate(server_round: int, arrays: list[np.ndarray], _config: dict) -> tuple[float, dict]:
         _state(model, arrays)
-        accuracy, loss = task.evaluate(model, x, y)
-        line = {"round": server_round, "at": time.time(), "accuracy": accuracy, "loss": loss}
-        if server_round == 0:
-            line["init_sha256"] = hashlib.sha256(initial.astype("<f4").tobytes()).hexdigest()
-            line["versions"] = {"torch": torch.__version__}
-        with curve.open("a") as out:
-            out.write(json.dumps(line) + "\n")
+        accuracy, loss = task.log_evaluation(curve, model, x, y, server_round, initial)
         return loss, {"accuracy": accuracy}
 
     config = {"lr": args.lr, "local-epochs": args.local_epochs, "batch-size": args.batch_size}

@@ -7,12 +7,8 @@ the benchmark reads the curve from there and stops the deployment at its target 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from pathlib import Path
 
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -33,13 +29,7 @@ def main(grid: Grid, context: Context) -> None:
 
     def evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         model.load_state_dict(arrays.to_torch_state_dict())
-        accuracy, loss = task.evaluate(model, x, y)
-        line = {"round": server_round, "at": time.time(), "accuracy": accuracy, "loss": loss}
-        if server_round == 0:
-            line["init_sha256"] = hashlib.sha256(initial.astype("<f4").tobytes()).hexdigest()
-            line["versions"] = {"torch": torch.__version__}
-        with curve.open("a") as out:
-            out.write(json.dumps(line) + "\n")
+        accuracy, loss = task.log_evaluation(curve, model, x, y, server_round, initial)
         return MetricRecord({"accuracy": accuracy, "loss": loss})
 
     strategy = FedAvg(

@@ -119,3 +119,25 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[
     model.eval()
     logits = model(x)
     return float((logits.argmax(1) == y).float().mean()), float(BUILTINS[MODEL].loss(logits, y))
+
+
+def log_evaluation(
+    curve: Path,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    server_round: int,
+    initial: np.ndarray,
+) -> tuple[float, float]:
+    """Evaluate the global model and append the point to the curve file; round 0 also records the
+    initial parameters' hash (both sides must start from Fleet's version 0)."""
+    import hashlib
+
+    accuracy, loss = evaluate(model, x, y)
+    line = {"round": server_round, "at": time.time(), "accuracy": accuracy, "loss": loss}
+    if server_round == 0:
+        line["init_sha256"] = hashlib.sha256(initial.astype("<f4").tobytes()).hexdigest()
+        line["versions"] = {"torch": torch.__version__}
+    with curve.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+    return accuracy, loss
