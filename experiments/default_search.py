@@ -188,7 +188,7 @@ def censored_time(output: dict[str, Any]) -> float:
 def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     from experiments import protocol as p
     from experiments.default_search_report import markdown, plot
-    from server.settings import Settings
+    from server.strategies import default_strategy
 
     names = QUICK if quick else tuple(candidates())
     workloads = ("quick-20",) if quick else ("peer-20", "iid-20", "fleet-100", "fleet-1000")
@@ -203,8 +203,8 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         n: min(grids[n], key=lambda lr, n=n: censored_time(tuning[Run(n, lr, tune_on, TUNE_SEED)]))
         for n in names
     }
-    default = Settings(_env_file=None).strategy  # the shipped default, at its own untuned rate
-    rows = {**{(n, "tuned"): (n, r) for n, r in rates.items()}, (default, "default"): (default, DEFAULT_RATE)}
+    default, default_rate = default_strategy()  # the shipped default, at its own untuned rate
+    rows = {**{(n, "tuned"): (n, r) for n, r in rates.items()}, (default, "default"): (default, default_rate)}
     per_workload = {wl: seeds if wl == tune_on else seeds[:1] for wl in workloads}  # others: one seed (time)
     reported = {
         (row, wl, s): Run(n, lr, wl, s)
@@ -239,7 +239,7 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         "quick": quick,
         "tuned": rates,
         "default": default,
-        "default_rate": DEFAULT_RATE,
+        "default_rate": default_rate,
         "table": table,
         "rate_curves": rate_curves,
         "seeds": seeds,
@@ -261,7 +261,6 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
 
 QUICK = ("dynsgd", "dynsgd-clip")
 AT_1000 = ("dynsgd", "fedbuff")  # 1,000 devices: ~20,000 gradients a run, so the default and two baselines
-DEFAULT_RATE = 0.5  # DynSGDClip's class default, fixed before the reported seeds ran
 
 
 def point(output: dict[str, Any]) -> dict[str, Any]:

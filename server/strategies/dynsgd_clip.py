@@ -10,7 +10,6 @@ first steps. At 0.5 it learns from x0.25 to x4 its rate without diverging (simul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from server.strategies.base import StrategySettings
 from server.strategies.dynsgd import DynSGD
@@ -38,6 +37,3 @@ class DynSGDClip(WarmUp):
     ) -> None:
         inner = DynSGD(learning_rate=learning_rate, k=k, time_window=time_window)
         super().__init__(ClipNorm(inner, factor=clip_factor), gradients=warmup_gradients)
-
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "strategy": self.name}

@@ -68,7 +68,9 @@ class StrategyWrapper(Strategy):
         return self.inner.aggregate(params)
 
     def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
+        """The inner strategy's figures under this strategy's name (a named composition such as
+        DynSGDClip reports itself, not the strategy it wraps)."""
+        return {**self.inner.describe(), "strategy": self.name}
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
@@ -110,7 +112,7 @@ class ClipNorm(StrategyWrapper):
         return self.inner.receive(arrival)
 
     def describe(self) -> dict[str, Any]:
-        return {**self.inner.describe(), "clip_threshold": self.threshold(), "clipped": self.clipped}
+        return {**super().describe(), "clip_threshold": self.threshold(), "clipped": self.clipped}
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), "clip_norms": list(self.norms), "clipped": self.clipped}
@@ -146,7 +148,7 @@ class WarmUp(StrategyWrapper):
             self.inner.learning_rate = rate
 
     def describe(self) -> dict[str, Any]:
-        return {**self.inner.describe(), "warmup_factor": self.factor()}
+        return {**super().describe(), "warmup_factor": self.factor()}
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), "warmup_seen": self.seen}
