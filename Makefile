@@ -15,7 +15,7 @@ LOCK_VENV ?= .venv-lock
 PIP_TOOLS := pip-tools==7.6.2
 COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 
-.PHONY: demo test test-postgres lint serve lock upgrade-lock clean
+.PHONY: demo test test-postgres lint serve app lock upgrade-lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,9 @@ $(VENV)/.runtime: $(LOCK) pyproject.toml | $(VENV)/bin/python
 	touch $@
 
 # torch is pinned in the lock as 2.13.0+cpu: an unpinned torch pulls a multi-GB CUDA build.
+# The app extra (Kivy) is part of the dev venv so that `make test` runs the app's tests.
 $(VENV)/.dev: $(LOCK) pyproject.toml $(VENV)/.runtime
-	$(PIP) -c $(LOCK) -e ".[server,client,export,dev]"
+	$(PIP) -c $(LOCK) -e ".[server,client,export,dev,app]"
 	touch $@
 
 demo: $(VENV)/.runtime
@@ -35,7 +36,17 @@ demo: $(VENV)/.runtime
 
 # The API and end-to-end tests run on SQLite and on PostgreSQL (FLEET_TEST_DATABASE_URL); with CI=true an
 # unreachable PostgreSQL fails the run instead of skipping.
-test: $(VENV)/.dev
+# The console's browser tests drive Debian's chromium (never a browser downloaded by Playwright).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null
+
+# The device app's tests run Kivy under Debian's Xvfb (Mesa llvmpipe draws the OpenGL).
+XVFB := /usr/bin/Xvfb
+$(XVFB):
+	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xvfb xauth) >/dev/null
+
+test: $(VENV)/.dev $(CHROMIUM) $(XVFB)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
 
@@ -49,6 +60,14 @@ lint: $(VENV)/.dev
 serve: $(VENV)/.runtime
 	$(PY) -m fleet.cli serve
 
+# The device app on this desktop (a Kivy window); android-build/ packages it for phones.
+$(VENV)/.app: $(LOCK) pyproject.toml $(VENV)/.runtime
+	$(PIP) -c $(LOCK) -e ".[server,client,app]"
+	touch $@
+
+app: $(VENV)/.app
+	$(PY) -m fleet.cli app
+
 $(LOCK_VENV)/bin/pip-compile:
 	$(PYTHON) -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install -q --disable-pip-version-check "$(PIP_TOOLS)"
@@ -56,7 +75,7 @@ $(LOCK_VENV)/bin/pip-compile:
 # Re-resolve after editing pyproject.toml's dependencies, keeping every pin that still fits.
 # Run it with Python 3.11 on linux x86_64: the lock is for that platform.
 lock: $(LOCK_VENV)/bin/pip-compile
-	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev -o $(LOCK) pyproject.toml
+	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev --extra app -o $(LOCK) pyproject.toml
 
 # Move every pin to the newest release that pyproject.toml allows (then run `make test` and commit the lock).
 upgrade-lock:

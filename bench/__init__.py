@@ -29,6 +29,8 @@ REPORTS: dict[str, str] = {
     "soak": "bench.soak",
     "chaos": "bench.chaos",
     "peer": "bench.peer",
+    "console": "bench.console_pages",
+    "dp": "bench.dp_overhead",
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

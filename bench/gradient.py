@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,8 @@ import numpy as np
 TARGETS = {"mnist_cnn": 1.0, "mlp": 0.35}  # onnxruntime / torch, from the performance issue
 
 
-def _median_ms(fn, repeats: int) -> float:
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` in ms over ``repeats`` calls."""
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -67,8 +69,8 @@ def measure(
         max_error = float(np.max(np.abs(np.asarray(ort_gradient) - torch_flat)))
         ort_ms, torch_ms = [], []
         for _ in range(rounds):
-            ort_ms.append(_median_ms(lambda: session.loss_and_gradient(flat, x, y), repeats))
-            torch_ms.append(_median_ms(lambda: grad_and_value(params), repeats))
+            ort_ms.append(median_ms(lambda: session.loss_and_gradient(flat, x, y), repeats))
+            torch_ms.append(median_ms(lambda: grad_and_value(params), repeats))
     finally:
         torch.set_num_threads(previous)
     ort, ref = statistics.median(ort_ms), statistics.median(torch_ms)

@@ -9,12 +9,23 @@ from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures, StaticFeatures
 from ._onnx_session import GradientComputer, GradientSession
+from ._privacy import (
+    DPGradientSession,
+    PrivateGradient,
+    local_sgd_round,
+    norm_laplace_gradient,
+    norm_laplace_noise,
+    poisson_sample,
+    private_gradient,
+    private_step,
+)
 from ._transport import ApiClient, PushResult, TaskGrant
-from ._worker import RunSummary, TaskReport, Worker, WorkerConfig, run_worker
+from ._worker import RunSummary, TaskReport, Worker, WorkerConfig, WorkerEvent, run_worker
 
 __all__ = [
     "ApiClient",
     "BatteryMeter",
+    "DPGradientSession",
     "DeviceData",
     "EnergyMeter",
     "EnergyModel",
@@ -22,6 +33,7 @@ __all__ = [
     "FeatureSource",
     "GradientComputer",
     "GradientSession",
+    "PrivateGradient",
     "PsutilFeatures",
     "PushResult",
     "Rejected",
@@ -34,5 +46,12 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerError",
+    "WorkerEvent",
+    "norm_laplace_gradient",
+    "norm_laplace_noise",
+    "poisson_sample",
+    "private_gradient",
+    "private_step",
+    "local_sgd_round",
     "run_worker",
 ]

@@ -11,9 +11,20 @@ from __future__ import annotations
 import glob
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["FEATURE_KEYS", "FeatureSource", "PsutilFeatures", "StaticFeatures", "cpu_freq_sum", "temperature"]
+__all__ = [
+    "FEATURE_KEYS",
+    "ConditionSource",
+    "Conditions",
+    "FeatureSource",
+    "PsutilConditions",
+    "PsutilFeatures",
+    "StaticFeatures",
+    "cpu_freq_sum",
+    "temperature",
+]
 
 logger = logging.getLogger("fleet.client")
 
@@ -35,6 +46,40 @@ class FeatureSource(Protocol):
     """Anything that reads the device's current features."""
 
     def read(self) -> dict[str, float | None]: ...
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What an app's participation rules look at; None where the platform does not say."""
+
+    battery_percent: float | None = None
+    charging: bool | None = None
+    metered: bool | None = None
+
+
+@runtime_checkable
+class ConditionSource(Protocol):
+    """Anything that reads the device's battery and network conditions now."""
+
+    def read(self) -> Conditions: ...
+
+
+class PsutilConditions:
+    """A desktop's battery from psutil (none on most servers); desktops do not say if a network is metered."""
+
+    def __repr__(self) -> str:
+        return "PsutilConditions()"
+
+    def read(self) -> Conditions:
+        import psutil
+
+        try:
+            battery = psutil.sensors_battery()
+        except (AttributeError, NotImplementedError, OSError):
+            battery = None
+        if battery is None:
+            return Conditions()
+        return Conditions(float(battery.percent), battery.power_plugged is True, None)
 
 
 class PsutilFeatures:

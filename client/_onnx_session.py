@@ -12,7 +12,7 @@ import numpy as np
 
 from fleet_protocol import Manifest
 
-__all__ = ["GradientComputer", "GradientSession"]
+__all__ = ["GradientComputer", "GradientSession", "InferenceSession", "LogitsComputer"]
 
 
 @runtime_checkable
@@ -56,15 +56,58 @@ class GradientSession:
         self, flat_params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]:
         """Mean loss over the batch and the flat float32 gradient (``num_params`` values)."""
-        flat = np.ascontiguousarray(flat_params, dtype=np.float32)
-        feeds: dict[str, np.ndarray] = {
-            name: view for name, view in self.manifest.split(flat).items() if name in self._inputs
-        }
-        feeds[self.manifest.x_name] = np.ascontiguousarray(x, dtype=np.float32)
-        feeds[self.manifest.y_name] = np.ascontiguousarray(y, dtype=np.int64)
+        feeds = training_feeds(self.manifest, self._inputs, flat_params, x, y)
         loss, *grads = self._session.run(self._outputs, feeds)
-        for spec, grad in zip(self.manifest.params, grads, strict=True):
-            if grad.size != spec.size:
-                raise ValueError(f"gradient of {spec.name!r} has {grad.size} values, expected {spec.size}")
-        gradient = np.concatenate([np.ravel(g) for g in grads]).astype(np.float32, copy=False)
-        return float(np.asarray(loss).reshape(())), gradient
+        return float(np.asarray(loss).reshape(())), flat_gradient(self.manifest, grads, "gradient")
+
+
+def training_feeds(
+    manifest: Manifest, inputs: set[str], flat_params: np.ndarray, x: np.ndarray, y: np.ndarray
+) -> dict[str, np.ndarray]:
+    """A training graph's feeds: the parameters it declares (views of the flat buffer), ``x`` and ``y``."""
+    flat = np.ascontiguousarray(flat_params, dtype=np.float32)
+    feeds: dict[str, np.ndarray] = {
+        name: view for name, view in manifest.split(flat).items() if name in inputs
+    }
+    feeds[manifest.x_name] = np.ascontiguousarray(x, dtype=np.float32)
+    feeds[manifest.y_name] = np.ascontiguousarray(y, dtype=np.int64)
+    return feeds
+
+
+def flat_gradient(manifest: Manifest, outputs: list[np.ndarray], what: str) -> np.ndarray:
+    """One output per parameter, each of its size, concatenated in manifest order as float32."""
+    for spec, out in zip(manifest.params, outputs, strict=True):
+        if out.size != spec.size:
+            raise ValueError(f"{what} of {spec.name!r} has {out.size} values, expected {spec.size}")
+    return np.concatenate([np.ravel(o) for o in outputs]).astype(np.float32, copy=False)
+
+
+@runtime_checkable
+class LogitsComputer(Protocol):
+    """Runs a served ``inference.onnx`` (weights inside, one input): a batch of examples in, logits out."""
+
+    def logits(self, x: np.ndarray) -> np.ndarray: ...
+
+
+class InferenceSession:
+    """An onnxruntime session over a self-contained inference graph (the app's *Try the model*)."""
+
+    def __init__(self, onnx_bytes: bytes, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, threads)
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise ValueError(f"inference graph has {len(inputs)} inputs, expected one (x)")
+        self._input = inputs[0].name
+        self._output = self._session.get_outputs()[0].name
+
+    def __repr__(self) -> str:
+        return f"InferenceSession(input={self._input!r}, output={self._output!r})"
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        feeds = {self._input: np.ascontiguousarray(x, dtype=np.float32)}
+        return np.asarray(self._session.run([self._output], feeds)[0], dtype=np.float32)

@@ -96,6 +96,7 @@ class ApiClient:
         self.token = token
         self._params: _LRU[tuple[str, int], tuple[str | None, np.ndarray]] = _LRU(params_cache_size)
         self._models: _LRU[str, tuple[Manifest, bytes]] = _LRU(model_cache_size)
+        self._dp_graphs: _LRU[str, bytes] = _LRU(model_cache_size)
 
     def __repr__(self) -> str:
         return f"ApiClient(base_url={str(self.client.base_url)!r}, enrolled={self.token is not None})"
@@ -136,10 +137,20 @@ class ApiClient:
             raise
 
     def request_task(
-        self, *, device_model: str, features: dict[str, float | None], label_counts: list[int]
+        self,
+        *,
+        device_model: str,
+        features: dict[str, float | None],
+        label_counts: list[int],
+        local_examples: int | None = None,
     ) -> TaskGrant:
         """Ask for a learning task; raises ``Rejected``/``TrainingFinished`` when there is none."""
-        ask = TaskAsk(label_counts=label_counts, features=features, device_model=device_model)
+        ask = TaskAsk(
+            label_counts=label_counts,
+            features=features,
+            device_model=device_model,
+            local_examples=local_examples,
+        )
         data = _json(self._request("POST", "/v1/tasks", json=asdict(ask)))
         try:
             return TaskGrant.from_json(data)
@@ -175,6 +186,19 @@ class ApiClient:
         graph = self._request("GET", train_graph_url or f"/v1/models/{model_id}/graphs/train.onnx").content
         self._models.put(model_id, (manifest, graph))
         return manifest, graph
+
+    def dp_graph(self, model_id: str, url: str | None = None) -> bytes:
+        """``dp_train.onnx``, the per-example-clipped gradient graph a DP task runs (cached per model)."""
+        cached = self._dp_graphs.get(model_id)
+        if cached is None:
+            cached = self._request("GET", url or f"/v1/models/{model_id}/graphs/dp.onnx").content
+            self._dp_graphs.put(model_id, cached)
+        return cached
+
+    def inference_model(self, model_id: str, version: int | None = None) -> bytes:
+        """``inference.onnx`` of a version (default: the newest) with its weights inside."""
+        params = {"version": version} if version is not None else None
+        return self._request("GET", f"/v1/models/{model_id}/inference.onnx", params=params).content
 
     def params(
         self,

@@ -7,7 +7,6 @@ import platform
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,16 +15,19 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from fleet_protocol import Manifest
+from fleet_protocol import DPTerms, Manifest
 
+from ._attacks import Attack, AttackName
 from ._data import DeviceData, label_counts
 from ._energy import EnergyMeter, EnergyModel, default_energy_meter
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
+from ._loop import Loop, RunSummary, WorkerEvent
 from ._onnx_session import GradientComputer, GradientSession
+from ._privacy import DPGradientSession, private_step
 from ._transport import ApiClient, PushResult, TaskGrant, encode_push
 
-__all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "run_worker"]
+__all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "WorkerEvent", "run_worker"]
 
 logger = logging.getLogger("fleet.client")
 
@@ -70,6 +72,7 @@ class WorkerConfig:
     cert: str | None = None
     energy_model: EnergyModel = field(default_factory=EnergyModel)
     wire_encoding: Literal["float32", "float16"] = "float32"  # of pulled parameters and pushed gradients
+    attack: AttackName | None = None  # Byzantine behaviour for experiments (client/_attacks.py); None: honest
 
 
 @dataclass(frozen=True)
@@ -91,18 +94,7 @@ class TaskReport:
     current_version: int
     applied: bool
     duplicate: bool
-
-
-@dataclass
-class RunSummary:
-    """Totals of one ``Worker.run``."""
-
-    tasks: int = 0
-    rejections: Counter[str] = field(default_factory=Counter)
-    errors: int = 0
-    finished: bool = False
-    stop_reason: str = ""
-    elapsed_s: float = 0.0
+    slo_energy: float | None = None
 
 
 class Worker:
@@ -110,7 +102,9 @@ class Worker:
 
     ``transport`` (e.g. ``httpx.MockTransport``/``ASGITransport``) or ``client`` (an ``httpx.Client``)
     replace the network; ``features``, ``energy`` and ``session_factory`` replace the desktop
-    implementations (psutil, battery/model, onnxruntime), e.g. with Android ones.
+    implementations (psutil, battery/model, onnxruntime), e.g. with Android ones. An app drives the
+    loop through ``hold`` (returns why not to ask for a task now, polled every ``hold_poll`` s) and
+    watches it through ``on_event``.
     """
 
     def __init__(
@@ -124,6 +118,9 @@ class Worker:
         session_factory: SessionFactory = GradientSession,
         on_report: Callable[[TaskReport], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+        hold: Callable[[], str | None] | None = None,
+        hold_poll: float = 0.25,
     ) -> None:
         self.config = config
         self.data = config.data if isinstance(config.data, DeviceData) else DeviceData.from_npz(config.data)
@@ -140,12 +137,19 @@ class Worker:
         self.session_factory = session_factory
         self.on_report = on_report
         self.sleep = sleep
-        data_seed, jitter_seed = np.random.SeedSequence(config.seed).spawn(2)
+        self.on_event = on_event
+        self.hold = hold
+        self.hold_poll = hold_poll
+        # spawn(3)'s first two children are spawn(2)'s: an honest worker draws exactly as before
+        data_seed, jitter_seed, attack_seed = np.random.SeedSequence(config.seed).spawn(3)
         self._rng = np.random.default_rng(data_seed)
         self._jitter = np.random.default_rng(jitter_seed)
         self._active: tuple[str, int] | None = None  # (model_id, num_classes) the labels are counted for
         self._sessions: dict[str, GradientComputer] = {}
+        self._dp_sessions: dict[str, DPGradientSession] = {}
         self.device_id: str | None = None
+        attack_rng = np.random.default_rng(attack_seed)
+        self._attack = None if config.attack is None else Attack(config.attack, attack_rng)
 
     def __repr__(self) -> str:
         return f"Worker(base_url={self.config.base_url!r}, device_model={self.config.device_model!r})"
@@ -165,7 +169,17 @@ class Worker:
         enrollment = self.api.enroll(self.config.enrollment_key, self.config.device_model)
         self.device_id = enrollment.device_id
         logger.info("enrolled as device %s (%s)", enrollment.device_id, self.config.device_model)
+        self.emit(WorkerEvent("enrolled", enrollment.device_id))
         return enrollment.device_id
+
+    def emit(self, event: WorkerEvent) -> None:
+        """Tell ``on_event`` (a failing listener is logged, never stops the loop)."""
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception:
+            logger.exception("on_event listener failed on %s", event.kind)
 
     # --- one task ------------------------------------------------------------------------------
 
@@ -174,6 +188,7 @@ class Worker:
         if self.api.token is None:
             self.enroll()
         grant = self._request_task()
+        self.emit(WorkerEvent("task", grant=grant))
         manifest, session = self._model(grant)
         params = self.api.params(
             grant.model_id,
@@ -182,14 +197,27 @@ class Worker:
             num_params=manifest.num_params,
             encoding=self.config.wire_encoding,
         )
-        x, y = self.data.sample(grant.batch_size, self._rng)
-        x = _fit_input(x, manifest.input_shape)
-        batch_counts = label_counts(y, manifest.num_classes)
+        dp = DPTerms.from_json(grant.dp) if grant.dp is not None else None
+        if dp is None:
+            x, y = self.data.sample(grant.batch_size, self._rng)
+            y = y if self._attack is None else self._attack.labels(y, manifest.num_classes)
+            x = _fit_input(x, manifest.input_shape)
+            batch_counts = label_counts(y, manifest.num_classes)
+        else:  # the push may not reveal the sampled batch: the local label mix scaled to B instead
+            dp_session = self._dp_session(grant, manifest)
+            batch_counts = scaled_counts(self.data.label_counts(manifest.num_classes), dp.expected_batch)
 
         mark = self.energy.begin()
         cpu_start = time.process_time()
         start = time.perf_counter()
-        loss, gradient = session.loss_and_gradient(params, x, y)
+        if dp is None:
+            loss, gradient = session.loss_and_gradient(params, x, y)
+        else:
+            private = private_step(
+                dp, dp_session, params, _fit_input(self.data.x, manifest.input_shape), self.data.y
+            )
+            loss, gradient = private.loss if np.isfinite(private.loss) else 0.0, private.gradient
+        gradient = gradient if self._attack is None else self._attack.gradient(gradient)
         cpu_seconds = time.process_time() - cpu_start
         busy = cpu_seconds
         if self.config.min_ms_per_sample:
@@ -218,6 +246,7 @@ class Worker:
             "energy": reading.value,
             "batch_size": grant.batch_size,
         }
+        self.emit(WorkerEvent("pushing", grant=grant))
         result = self._push(grant, meta, gradient)
         report = TaskReport(
             task_id=grant.task_id,
@@ -235,6 +264,7 @@ class Worker:
             current_version=result.version,
             applied=result.applied,
             duplicate=result.duplicate,
+            slo_energy=grant.slo_energy,
         )
         logger.info(
             "task %s: v%d L=%d loss=%.4f %.0f ms (predicted %s) energy=%s [%s] staleness=%d weight=%.3g",
@@ -254,7 +284,10 @@ class Worker:
             raise WorkerError(f"local data does not fit model {model_id}: {exc}") from exc
         try:
             return self.api.request_task(
-                device_model=self.config.device_model, features=self.features.read(), label_counts=counts
+                device_model=self.config.device_model,
+                features=self.features.read(),
+                label_counts=counts,
+                local_examples=len(self.data),
             )
         except Rejected as exc:
             if exc.reason == "no_model":
@@ -273,21 +306,38 @@ class Worker:
         session = self._sessions.get(grant.model_id)
         if session is None:
             self._sessions.clear()  # one model trains at a time; drop the old session
-            session = self.session_factory(manifest, graph, self.config.threads)
+            try:
+                session = self.session_factory(manifest, graph, self.config.threads)
+            except Exception as exc:  # onnxruntime (Python or Java) refusing the graph: back off, retry
+                raise WorkerError(f"this device cannot load model {grant.model_id}: {exc}") from exc
             self._sessions[grant.model_id] = session
         return manifest, session
+
+    def _dp_session(self, grant: TaskGrant, manifest: Manifest) -> DPGradientSession:
+        """The model's per-example-clipped gradient graph, loaded once per model."""
+        session = self._dp_sessions.get(grant.model_id)
+        if session is None:
+            graph = self.api.dp_graph(grant.model_id, url=(grant.dp or {}).get("graph_url"))
+            try:
+                session = DPGradientSession(manifest, graph, self.config.threads)
+            except Exception as exc:
+                raise WorkerError(f"this device cannot load the DP graph of {grant.model_id}: {exc}") from exc
+            self._dp_sessions.clear()  # one model trains at a time
+            self._dp_sessions[grant.model_id] = session
+        return session
 
     def _push(self, grant: TaskGrant, meta: dict[str, Any], gradient: np.ndarray) -> PushResult:
         headers, body = encode_push(meta, gradient, self.config.wire_encoding)
         for attempt in range(1, max(1, self.config.push_attempts) + 1):
             try:
                 return self.api.push_encoded(grant.task_id, headers, body)
-            except TransportError:
+            except TransportError as exc:
                 expired = grant.lease_deadline is not None and time.time() >= grant.lease_deadline
                 if attempt >= self.config.push_attempts or expired:
                     raise
                 delay = self._backoff(attempt)
                 logger.warning("push of task %s failed; retry %d in %.1f s", grant.task_id, attempt, delay)
+                self.emit(WorkerEvent("error", f"push failed, resending: {exc}", time.time() + delay, grant))
                 self.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -295,12 +345,19 @@ class Worker:
 
     def run(self, stop_event: threading.Event | None = None) -> RunSummary:
         """Loop over tasks until training finishes, a limit is hit or ``stop_event`` is set."""
-        loop = _Loop(self, stop_event)
+        loop = Loop(self, stop_event)
         while (reason := loop.limit_reached()) is None:
+            if self.hold is not None and (why := self.hold()) is not None:
+                self.emit(WorkerEvent("held", why))
+                if loop.wait(self.hold_poll):
+                    reason = "stopped"
+                    break
+                continue
             try:
                 report = self.run_one()
             except TrainingFinished as exc:
                 logger.info("training finished: %s", exc.detail)
+                self.emit(WorkerEvent("finished", exc.detail, status_code=exc.status_code))
                 loop.summary.finished, reason = True, "training_finished"
                 break
             except WorkerError as exc:
@@ -318,71 +375,16 @@ class Worker:
         return float(self._jitter.uniform(delay / 2.0, delay))
 
 
-class _Loop:
-    """One ``Worker.run``: its summary, its clock and what it does after each kind of error."""
-
-    def __init__(self, worker: Worker, stop_event: threading.Event | None) -> None:
-        self.worker, self.config, self.stop_event = worker, worker.config, stop_event
-        self.summary = RunSummary()
-        self.start = time.monotonic()
-        self.errors_in_row = 0
-        self.reenrolled = False
-
-    def remaining(self) -> float:
-        if self.config.max_seconds is None:
-            return float("inf")
-        return self.config.max_seconds - (time.monotonic() - self.start)
-
-    def limit_reached(self) -> str | None:
-        """Why the loop stops before the next task, or None to go on."""
-        if self.stop_event is not None and self.stop_event.is_set():
-            return "stopped"
-        if self.config.max_tasks is not None and self.summary.tasks >= self.config.max_tasks:
-            return "max_tasks"
-        if self.remaining() <= 0:
-            return "max_seconds"
-        return None
-
-    def wait(self, seconds: float) -> bool:
-        """Sleep (bounded by max_seconds); True if the loop should stop."""
-        seconds = min(seconds, max(0.0, self.remaining()))
-        if self.stop_event is not None:
-            return self.stop_event.wait(seconds)
-        self.worker.sleep(seconds)
-        return False
-
-    def on_error(self, exc: WorkerError) -> float | None:
-        """The delay before trying again (None: at once), or re-raise when errors keep coming."""
-        if isinstance(exc, Rejected):
-            self.summary.rejections[exc.reason] += 1
-            self.errors_in_row = 0
-            delay = min(max(exc.retry_after, self.config.min_retry_after), self.config.max_retry_after)
-            logger.info("rejected (%s); retrying in %.1f s", exc.reason, delay)
-            return delay
-        self.summary.errors += 1
-        self.errors_in_row += 1
-        if not isinstance(exc, TransportError):
-            if exc.status_code == 401 and not self.reenrolled:
-                logger.warning("token refused; enrolling again")
-                self.worker.api.token, self.reenrolled = None, True
-                return None
-            limit = self.config.max_consecutive_errors
-            if limit is not None and self.errors_in_row >= limit:
-                raise exc
-        delay = self.worker._backoff(self.errors_in_row)
-        logger.warning("%s; retrying in %.1f s", exc, delay)
-        return delay
-
-    def on_task(self, report: TaskReport) -> None:
-        self.errors_in_row, self.reenrolled = 0, False
-        self.summary.tasks += 1
-        if self.worker.on_report is not None:
-            self.worker.on_report(report)
-
-    def finish(self, reason: str | None) -> RunSummary:
-        self.summary.stop_reason = reason or self.summary.stop_reason
-        self.summary.elapsed_s = time.monotonic() - self.start
-        return self.summary
+def scaled_counts(counts: list[int], total: int) -> list[int]:
+    """``counts`` rescaled to sum to ``total`` (largest remainders): a DP push's label counts."""
+    weights = np.asarray(counts, np.float64)
+    if weights.sum() <= 0:
+        raise WorkerError("no local examples to train on")
+    exact = weights / weights.sum() * total
+    scaled = np.floor(exact).astype(np.int64)
+    for i in np.argsort(scaled - exact)[: total - int(scaled.sum())]:
+        scaled[i] += 1
+    return [int(c) for c in scaled]
 
 
 def _fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:

@@ -24,6 +24,10 @@ EXPERIMENTS: dict[str, str] = {
     "profiler-tune": "experiments.profiler_tune",
     "default-search": "experiments.default_search",
     "adasgd-why": "experiments.adasgd_why",
+    "loss-guard": "experiments.loss_guard",
+    "dp-staleness": "experiments.dp_staleness",
+    "mapa": "experiments.mapa",
+    "vandijk": "experiments.vandijk",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

@@ -61,10 +61,12 @@ class Job:
     max_requests: int | None = None
     stop_recall: float | None = None
     ssgd_round: int = SSGD_ROUND  # gradients per SSGD step (ssgd only)
+    dp: tuple[float, float] | None = None  # (clip C, noise multiplier σ): DP-SGD over each device's part
 
     def key(self) -> str:
         """A short readable label (the cache adds a hash of ``spec()``)."""
-        return f"{self.variant}_lr{self.lr}_s{self.seed}_{self.dist}_{self.partition}_c{self.cap}"
+        dp = f"_dp{self.dp[1]}" if self.dp is not None else ""
+        return f"{self.variant}_lr{self.lr}_s{self.seed}_{self.dist}_{self.partition}_c{self.cap}{dp}"
 
     def strategy(self) -> tuple[str, dict[str, Any]]:
         """The strategy's registered name and every parameter it is built with."""
@@ -77,8 +79,13 @@ class Job:
         return name, params
 
     def spec(self) -> dict[str, Any]:
-        """Everything the run depends on besides the code: every field and the strategy's parameters."""
-        return {"job": asdict(self), "strategy": self.strategy()}
+        """Everything the run depends on besides the code: every field and the strategy's parameters.
+
+        ``dp`` is listed only when set, so a job without DP keeps the spec it had before the field."""
+        job = asdict(self)
+        if self.dp is None:
+            del job["dp"]
+        return {"job": job, "strategy": self.strategy()}
 
 
 def strategy_factory(job: Job) -> Callable[[], Any]:
@@ -118,7 +125,7 @@ def partition(job: Job, labels: np.ndarray) -> list[np.ndarray]:
 def run_job(job: Job) -> dict[str, Any]:
     """Run one job in this process and return its curve and summary numbers."""
     from server.core.admission import AdmissionController
-    from sim.controlled import RunConfig, run_controlled
+    from sim.controlled import DPSetting, RunConfig, run_controlled
     from sim.staleness import D1, D2
 
     bench = workbench()
@@ -135,6 +142,7 @@ def run_job(job: Job) -> dict[str, Any]:
         admission=AdmissionController(size_drop=job.size_drop, similarity_drop=job.similarity_drop),
         max_requests=job.max_requests,
         stop_recall=job.stop_recall,
+        dp=DPSetting(*job.dp) if job.dp is not None else None,
     )
     result = run_controlled(bench, config)
     return {
@@ -146,6 +154,7 @@ def run_job(job: Job) -> dict[str, Any]:
         "recall_50_at": result.first_recall_at(0.5) if job.recall_class is not None else None,
         "seconds_gradient": result.seconds_gradient,
         "seconds_total": result.seconds_total,
+        **({"max_device_tasks": max(result.device_tasks.values(), default=0)} if job.dp is not None else {}),
     }
 
 

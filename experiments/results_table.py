@@ -79,6 +79,33 @@ def staleness_rows(results: Path, name: str = "staleness", label: str = "non-IID
         )
 
 
+def dp_rows(results: Path) -> Iterator[Row]:
+    """Thesis Fig. 3.11 (issue 15): AdaSGD vs DynSGD under DP-SGD at each ε, each at its tuned rate."""
+    data = _load(results, "dp-staleness")
+    if data is None:
+        return
+    s = data["summary"]
+    eps = [e for e in s["epsilons"] if f"{e}/b" in s["tables"]]
+    names = " / ".join("∞" if e == "inf" else e for e in eps)
+    yield (
+        f"AdaSGD's saving in updates to 80% vs DynSGD under DP-SGD, IID MNIST, D2, ε = {names}, "
+        "each at its tuned rate (%)",
+        " / ".join(_cell(s["tables"][f"{e}/b"], "adasgd", "saving_over_dynsgd_pct", 1) for e in eps),
+        "AdaSGD ahead at every ε (≥ 0)",
+        _link("dp-staleness.md"),
+    )
+    yield (
+        f"test accuracy at the cap ({s['cap']:,} updates) under DP, ε = {names}: AdaSGD / DynSGD",
+        " / ".join(
+            f"{s['tables'][f'{e}/b']['adasgd']['final_accuracy']['median']:.3f} vs "
+            f"{s['tables'][f'{e}/b']['dynsgd']['final_accuracy']['median']:.3f}"
+            for e in eps
+        ),
+        "smaller ε slows both",
+        _link("dp-staleness.md"),
+    )
+
+
 def long_tail_rows(results: Path) -> Iterator[Row]:
     data = _load(results, "long-tail")
     if data is None:
@@ -161,7 +188,8 @@ def peer_rows(results: Path) -> Iterator[Row]:
         "≤ 0.3x",
         _link("peer-flower.md"),
     )
-    tuned = {n: a for n, a in arms.items() if a["system"] == "fleet" and n.count(":") == 2}
+    # every Fleet arm with a strategy and rate of its own (not the default, nor the default × a factor)
+    tuned = {n: a for n, a in arms.items() if a["system"] == "fleet" and n.count(":") >= 2}
     if tuned:
         name = min(tuned, key=lambda n: tuned[n]["time_to_90_s"])
         ratio = default["time_to_90_s"] / tuned[name]["time_to_90_s"]
@@ -306,6 +334,7 @@ def wire_rows(results: Path) -> Iterator[Row]:
 SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     staleness_rows,
     lambda r: staleness_rows(r, "iid", "IID"),
+    dp_rows,
     long_tail_rows,
     async_rows,
     default_rows,

@@ -16,6 +16,8 @@ app.add_typer(model_app, name="model")
 app.add_typer(data_app, name="data")
 profiler_app = typer.Typer(help="I-Prof: bootstrap data for the cold start.", no_args_is_help=True)
 app.add_typer(profiler_app, name="profiler")
+admin_app = typer.Typer(help="Admin console accounts.", no_args_is_help=True)
+app.add_typer(admin_app, name="admin")
 
 
 def _logging(verbose: bool) -> None:
@@ -49,6 +51,32 @@ def serve(
     )
 
 
+@admin_app.command("create-user")
+def admin_create_user(
+    username: str,
+    password_stdin: Annotated[bool, typer.Option(help="read the password from stdin (scripts)")] = False,
+) -> None:
+    """Create a console user in the configured database (FLEET_DATABASE_URL / FLEET_DATA_DIR)."""
+    import sys
+
+    from server.compose import build_store
+    from server.console.accounts import AccountError, Accounts
+    from server.settings import Settings
+    from server.store.admin import AdminStore
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    accounts = Accounts(AdminStore(build_store(Settings()).sessions))
+    try:
+        accounts.create_user(username, password)
+    except AccountError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(f"created console user {username!r}")
+
+
 @app.command()
 def worker(
     data: Annotated[Path, typer.Option(help="the device's own shard (.npz with x and y)")],
@@ -63,14 +91,20 @@ def worker(
     max_tasks: int | None = None,
     max_seconds: float | None = None,
     ca_bundle: Annotated[Path | None, typer.Option(help="CA file to verify an HTTPS coordinator")] = None,
+    attack: Annotated[
+        str | None, typer.Option(help="Byzantine (tests): sign-flip|gaussian|label-flip|stale-replay")
+    ] = None,
     verbose: bool = False,
 ) -> None:
     """Run one device: enroll, then take tasks until training finishes or a limit is reached."""
     from client import WorkerConfig, run_worker
+    from client._attacks import ATTACKS
 
     _logging(verbose)
     if not enrollment_key:
         raise typer.BadParameter("give --enrollment-key or set FLEET_ENROLLMENT_KEY")
+    if attack is not None and attack not in ATTACKS:
+        raise typer.BadParameter(f"--attack must be one of {', '.join(ATTACKS)}")
     options = {"device_model": device_model} if device_model else {}
     config = WorkerConfig(
         base_url=server,
@@ -82,6 +116,7 @@ def worker(
         max_tasks=max_tasks,
         max_seconds=max_seconds,
         verify=str(ca_bundle) if ca_bundle else True,
+        attack=attack,  # type: ignore[arg-type]
         **options,
     )
 
@@ -93,6 +128,38 @@ def worker(
 
     summary = run_worker(config, on_report=report)
     typer.echo(f"stopped: {summary.stop_reason} after {summary.tasks} tasks")
+
+
+@app.command("app")
+def app_command(
+    folder: Annotated[
+        Path | None, typer.Option(help="settings, drawings and models (default: the user's app folder)")
+    ] = None,
+    server: Annotated[str | None, typer.Option(help="coordinator URL to save in the settings")] = None,
+    enrollment_key: Annotated[str | None, typer.Option(envvar="FLEET_ENROLLMENT_KEY")] = None,
+    data: Annotated[Path | None, typer.Option(help="a demo shard (.npz) to train on too")] = None,
+) -> None:
+    """Start the device app (a Kivy window): status, try the model, settings. Needs the app extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("kivy") is None:
+        raise typer.BadParameter("Kivy is missing: pip install 'fleet-fl[app]' (or run `make app`)")
+    from dataclasses import replace
+
+    from client.app import run
+    from client.app.settings import load_settings, save_settings, url_problem
+
+    folder = folder or Path(typer.get_app_dir("fleet-app"))
+    settings = load_settings(folder)
+    if server is not None or enrollment_key is not None:
+        if server and url_problem(server):
+            raise typer.BadParameter(url_problem(server) or "", param_hint="--server")
+        key = enrollment_key if enrollment_key is not None else settings.enrollment_key
+        settings = settings.with_server(server or settings.server_url, key)
+    if data is not None:
+        settings = replace(settings, data_path=str(data.resolve()))
+    save_settings(folder, settings)
+    run(folder, size=(420, 780))
 
 
 @app.command()
@@ -108,6 +175,18 @@ def demo(
     ] = None,
     strategy: Annotated[str | None, typer.Option(help="default: Fleet's default strategy")] = None,
     seed: int = 0,
+    linger: Annotated[
+        float | None, typer.Option(help="keep the coordinator up this many s after the run (default: Ctrl-C)")
+    ] = None,
+    dp_epsilon: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01, max=100, help="DP-SGD on every phone with this ε budget per device (δ = 1/N²)"
+        ),
+    ] = None,
+    dp_tasks: Annotated[
+        int, typer.Option(min=1, help="with --dp-epsilon: σ lets this many full tasks fit")
+    ] = 30,
 ) -> None:
     """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
     from fleet.demo import DemoConfig, run_demo
@@ -124,6 +203,9 @@ def demo(
                 learning_rate=learning_rate,
                 strategy=strategy,
                 seed=seed,
+                linger=linger,
+                dp_epsilon=dp_epsilon,
+                dp_tasks=dp_tasks,
             )
         )
     )

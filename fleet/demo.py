@@ -41,11 +41,38 @@ class DemoConfig:
     strategy: str | None = None  # None: Fleet's default strategy
     seed: int = 0
     time_slo_ms: float = 1000.0
+    linger: float | None = None  # after the run, keep the coordinator up this long (None: until Ctrl-C)
+    dp_epsilon: float | None = None  # DP-SGD on every phone with this ε budget per device (None: off)
+    dp_tasks: int = 30  # the σ is calibrated so that this many tasks at the largest batch spend the budget
 
 
-def _server_env(cfg: DemoConfig, enrollment_key: str, admin_token: str) -> dict[str, str]:
+DP_MAX_BATCH = 100  # with DP a phone's 200 digits are Poisson-sampled at q = B/200 ≤ 0.5
+
+
+def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
+    """FLEET_* settings for a DP run: the budget, and σ calibrated (RDP) so that ``dp_tasks`` tasks at
+    the largest batch reach it; smaller batches (a lower q) leave room for more tasks."""
+    if cfg.dp_epsilon is None:
+        return {}
+    from server.core.accounting import calibrate_noise, default_delta
+
+    q = min(1.0, DP_MAX_BATCH / local_examples)
+    sigma = calibrate_noise(cfg.dp_epsilon, default_delta(local_examples), q, cfg.dp_tasks)
+    return {
+        "FLEET_DP": "true",
+        "FLEET_DP_EPSILON_BUDGET": str(cfg.dp_epsilon),
+        "FLEET_DP_NOISE_MULTIPLIER": f"{sigma:.6f}",
+        "FLEET_MAX_BATCH": str(DP_MAX_BATCH),
+    }
+
+
+def _server_env(
+    cfg: DemoConfig, enrollment_key: str, admin_token: str, console_password: str
+) -> dict[str, str]:
     return {
         **os.environ,
+        "FLEET_CONSOLE_USER": "admin",
+        "FLEET_CONSOLE_PASSWORD": console_password,
         "FLEET_DATA_DIR": str(cfg.workdir),
         "FLEET_DATABASE_URL": f"sqlite:///{cfg.workdir / 'fleet.db'}",
         "FLEET_ENROLLMENT_KEY": enrollment_key,
@@ -73,6 +100,23 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60
             pass
         time.sleep(0.2)
     raise RuntimeError("coordinator did not become ready")
+
+
+def _privacy_table(privacy: dict[str, Any], names: dict[str, str]) -> Table:
+    """Each device's ε (RDP, enforced) against its budget, and the assumption behind the figures."""
+    table = Table(title=f"Privacy: ε per device at δ = 1/N² (budget {privacy['epsilon_budget']:g})")
+    for column in ("device", "phone", "DP tasks", "ε spent", "budget spent"):
+        table.add_column(column)
+    for d in sorted(privacy["devices"], key=lambda d: names.get(d["device_id"], "")):
+        spent = "yes" if d["exhausted"] else "no"
+        table.add_row(
+            d["device_id"][:8], names.get(d["device_id"], "?"), str(d["tasks"]), f"{d['epsilon']:.3f}", spent
+        )
+    table.caption = (
+        f"{privacy['mechanism']}, C = {privacy['clip']:g}, σ = {privacy['noise_multiplier']:.3f}. "
+        + privacy["assumption"]
+    )
+    return table
 
 
 def _summary(
@@ -114,7 +158,7 @@ def _summary(
 
 def run_demo(cfg: DemoConfig) -> int:
     """Run the demo; returns the process exit code (0 when 0.90 accuracy was reached)."""
-    from client import Worker, WorkerConfig
+    from client import DeviceData, Worker, WorkerConfig
     from sim.data import write_shards
 
     console = Console()
@@ -125,8 +169,16 @@ def run_demo(cfg: DemoConfig) -> int:
         f"time SLO {cfg.time_slo_ms:.0f} ms"
     )
     shards, _ = write_shards(cfg.workdir / "data", devices=cfg.devices, partition="sorted", seed=cfg.seed)
+    dp_env = dp_settings(cfg, min(len(DeviceData.from_npz(s)) for s in shards))
+    if dp_env:
+        console.print(
+            f"Differential privacy: DP-SGD on every phone, ε budget {cfg.dp_epsilon:g} per device, "
+            f"σ = {float(dp_env['FLEET_DP_NOISE_MULTIPLIER']):.3f}, C = 1, batch ≤ {DP_MAX_BATCH}"
+        )
     enrollment_key, admin_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
+    console_password = secrets.token_urlsafe(12)
     base = f"http://127.0.0.1:{cfg.port}"
+    login = f"console: [link]{base}/admin[/link]  user [bold]admin[/]  password [bold]{console_password}[/]"
     log = (cfg.workdir / "server.log").open("wb")
     device_log = logging.FileHandler(cfg.workdir / "devices.log")
     device_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
@@ -135,7 +187,7 @@ def run_demo(cfg: DemoConfig) -> int:
     client_logger.propagate = False  # keep device retries out of the progress display
     server = subprocess.Popen(
         [sys.executable, "-m", "fleet.cli", "serve", "--port", str(cfg.port), "--log-level", "warning"],
-        env=_server_env(cfg, enrollment_key, admin_token),
+        env={**_server_env(cfg, enrollment_key, admin_token, console_password), **dp_env},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -143,8 +195,9 @@ def run_demo(cfg: DemoConfig) -> int:
     tasks = [0]
     try:
         _wait_ready(base, server)
+        console.print("Watch it live in the " + login)
         started = time.monotonic()  # training starts now: the times reported exclude the server's start-up
-        threads = []
+        threads, workers = [], []
         for i, shard in enumerate(shards):
             phone, ms = PHONES[i % len(PHONES)]
             config = WorkerConfig(
@@ -157,6 +210,7 @@ def run_demo(cfg: DemoConfig) -> int:
                 max_seconds=cfg.minutes * 60,
             )
             worker = Worker(config, on_report=lambda _r: tasks.__setitem__(0, tasks[0] + 1))
+            workers.append(worker)
             thread = threading.Thread(target=worker.run, args=(stop,), name=f"device-{i}", daemon=True)
             threads.append(thread)
             thread.start()
@@ -169,8 +223,13 @@ def run_demo(cfg: DemoConfig) -> int:
         stats = httpx.get(f"{base}/v1/admin/stats", headers=headers, timeout=10).json()
         evaluations = httpx.get(f"{base}/v1/admin/evaluations", headers=headers, timeout=10).json()
         console.print(_summary(stats, evaluations, time.monotonic() - started, reached, tasks[0]))
+        if dp_env:
+            privacy = httpx.get(f"{base}/v1/admin/privacy", headers=headers, timeout=30).json()
+            names = {w.device_id: w.config.device_model for w in workers if w.device_id}
+            console.print(_privacy_table(privacy, names))
         console.print(f"Logs: {cfg.workdir / 'server.log'}, {cfg.workdir / 'devices.log'}")
-        return 0 if reached is not None else 1
+        _linger(console, cfg, login)
+        return 0 if reached is not None or dp_env else 1  # under DP: whatever accuracy the budget allows
     finally:
         stop.set()
         server.terminate()
@@ -179,6 +238,20 @@ def run_demo(cfg: DemoConfig) -> int:
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def _linger(console: Console, cfg: DemoConfig, login: str) -> None:
+    """Keep the coordinator up so the run can be looked at in the console: ``cfg.linger`` seconds, or
+    until Ctrl-C when a person is at the terminal (no wait when nobody is, e.g. under CI)."""
+    seconds = cfg.linger if cfg.linger is not None else (float("inf") if sys.stdin.isatty() else 0.0)
+    if seconds <= 0:
+        return
+    until = "Ctrl-C" if seconds == float("inf") else f"{seconds:.0f} s or Ctrl-C"
+    console.print(f"The coordinator stays up ({until}) — the {login}")
+    try:
+        time.sleep(seconds if seconds != float("inf") else 10**9)
+    except KeyboardInterrupt:
+        console.print("stopping the coordinator")
 
 
 def _watch(
@@ -218,9 +291,20 @@ def _watch(
                     f"{stats['status']}"
                 ),
             )
-            if stats["status"] == "finished":
+            if stats["status"] == "finished" or _budgets_spent(base, headers, cfg):
                 break
     return reached
+
+
+def _budgets_spent(base: str, headers: dict[str, str], cfg: DemoConfig) -> bool:
+    """Under DP: every phone has spent its privacy budget, so no more learning can happen."""
+    if cfg.dp_epsilon is None:
+        return False
+    try:
+        privacy = httpx.get(f"{base}/v1/admin/privacy", headers=headers, timeout=5).json()
+    except httpx.HTTPError:
+        return False
+    return privacy["exhausted"] >= cfg.devices
 
 
 def main() -> None:  # pragma: no cover - `python -m fleet.demo`

@@ -4,10 +4,15 @@ numpy only (no pydantic, no server code): ``manifest`` describes a model's flat 
 its export bundle; ``wire`` holds the JSON messages of the task protocol and the tensor encodings.
 """
 
-from fleet_protocol.manifest import BUNDLE_FILES, Bundle, Manifest, ParamSpec, read_zip
+from fleet_protocol.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, Manifest, ParamSpec, read_zip
 from fleet_protocol.wire import (
+    GAUSSIAN_MECHANISM,
+    LOCAL_SGD_MECHANISM,
     META_HEADER,
+    NOISE_SAMPLERS,
+    NORM_LAPLACE_MECHANISM,
     WIRE_DTYPES,
+    DPTerms,
     Encoding,
     PushMeta,
     PushOutcome,
@@ -23,9 +28,15 @@ from fleet_protocol.wire import (
 
 __all__ = [
     "BUNDLE_FILES",
+    "DP_GRAPH_FILE",
+    "GAUSSIAN_MECHANISM",
     "META_HEADER",
+    "NOISE_SAMPLERS",
+    "NORM_LAPLACE_MECHANISM",
+    "LOCAL_SGD_MECHANISM",
     "WIRE_DTYPES",
     "Bundle",
+    "DPTerms",
     "Encoding",
     "Manifest",
     "ParamSpec",

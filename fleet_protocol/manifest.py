@@ -6,7 +6,10 @@ Part of the wire contract (the manifest is served at ``/v1/models/{id}/manifest`
 A bundle is a directory (or a zip of it) holding ``manifest.json``, ``train.onnx`` (inputs: every
 parameter, ``x`` with a dynamic batch, ``y``; outputs: ``loss`` then one gradient per parameter in
 manifest order), ``infer.onnx`` (inputs: every parameter and ``x``; output: ``logits``) and
-``init.bin`` (the initial parameters as one flat little-endian float32 buffer).
+``init.bin`` (the initial parameters as one flat little-endian float32 buffer). Optionally
+``dp_train.onnx``, the DP-SGD graph (inputs: as ``train.onnx`` plus a scalar float32 ``clip``; outputs:
+``loss`` then, per parameter, the sum over the batch of each example's gradient clipped to global L2 norm
+``clip``); a manifest with ``dp_grad_names`` promises it, one without says the model has none.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 BUNDLE_FILES = ("manifest.json", "train.onnx", "infer.onnx", "init.bin")
+DP_GRAPH_FILE = "dp_train.onnx"  # optional: models whose layers allow per-example gradients have it
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,12 @@ class Manifest:
     loss_name: str = "loss"
     logits_name: str = "logits"
     grad_names: tuple[str, ...] = field(default=())
+    dp_grad_names: tuple[str, ...] = field(default=())  # the DP graph's outputs; empty: no DP graph
+    clip_name: str = "clip"  # the DP graph's scalar input C
+
+    @property
+    def has_dp_graph(self) -> bool:
+        return bool(self.dp_grad_names)
 
     @property
     def num_params(self) -> int:
@@ -83,6 +93,8 @@ class Manifest:
             loss_name=data.get("loss_name", "loss"),
             logits_name=data.get("logits_name", "logits"),
             grad_names=tuple(data.get("grad_names", ())),
+            dp_grad_names=tuple(data.get("dp_grad_names", ())),
+            clip_name=data.get("clip_name", "clip"),
         )
         manifest.validate()
         return manifest
@@ -98,23 +110,27 @@ class Manifest:
             raise ValueError("manifest needs num_classes >= 2 and an input shape")
         if self.grad_names and len(self.grad_names) != len(self.params):
             raise ValueError("one gradient output per parameter")
+        if self.dp_grad_names and len(self.dp_grad_names) != len(self.params):
+            raise ValueError("one DP gradient output per parameter (or none: no DP graph)")
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """An exported model: manifest, both graphs and the initial parameters."""
+    """An exported model: manifest, both graphs, the initial parameters and, if it has one, the DP graph."""
 
     manifest: Manifest
     train_onnx: bytes
     infer_onnx: bytes
     init_params: np.ndarray
+    dp_onnx: bytes | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> Bundle:
         """Read a bundle from a directory or a zip file."""
         path = Path(path)
         if path.is_dir():
-            files = {name: (path / name).read_bytes() for name in BUNDLE_FILES}
+            names = [*BUNDLE_FILES, *([DP_GRAPH_FILE] if (path / DP_GRAPH_FILE).is_file() else [])]
+            files = {name: (path / name).read_bytes() for name in names}
         else:
             files = read_zip(path.read_bytes())
         return cls.from_files(files)
@@ -128,22 +144,34 @@ class Bundle:
         init = np.frombuffer(files["init.bin"], dtype="<f4").astype(np.float32)
         if init.shape != (manifest.num_params,):
             raise ValueError(f"init.bin holds {init.size} values, manifest says {manifest.num_params}")
-        return cls(manifest, files["train.onnx"], files["infer.onnx"], init)
+        dp_onnx = files.get(DP_GRAPH_FILE)
+        if manifest.has_dp_graph != (dp_onnx is not None):
+            raise ValueError(
+                f"manifest.json names DP gradients but the bundle has no {DP_GRAPH_FILE}"
+                if manifest.has_dp_graph
+                else f"{DP_GRAPH_FILE} without dp_grad_names in manifest.json"
+            )
+        return cls(manifest, files["train.onnx"], files["infer.onnx"], init, dp_onnx)
 
     def save(self, directory: str | Path) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         for name, data in self.files().items():
             (directory / name).write_bytes(data)
+        if self.dp_onnx is None:  # a stale DP graph from an earlier export would contradict the manifest
+            (directory / DP_GRAPH_FILE).unlink(missing_ok=True)
         return directory
 
     def files(self) -> dict[str, bytes]:
-        return {
+        files = {
             "manifest.json": self.manifest.to_json().encode(),
             "train.onnx": self.train_onnx,
             "infer.onnx": self.infer_onnx,
             "init.bin": self.init_params.astype("<f4").tobytes(),
         }
+        if self.dp_onnx is not None:
+            files[DP_GRAPH_FILE] = self.dp_onnx
+        return files
 
     def to_zip(self) -> bytes:
         buffer = io.BytesIO()
@@ -156,8 +184,9 @@ class Bundle:
 def read_zip(data: bytes, *, max_bytes: int = 512 * 1024 * 1024) -> dict[str, bytes]:
     """The bundle files of a zip archive.
 
-    Refuses any member but the four bundle files at the archive's root (so no ``../x``, absolute path
-    or directory), a name given twice, and archives that inflate past ``max_bytes``."""
+    Refuses any member but the four bundle files and the optional DP graph at the archive's root (so
+    no ``../x``, absolute path or directory), a name given twice, and archives that inflate past
+    ``max_bytes``."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile as exc:
@@ -165,8 +194,8 @@ def read_zip(data: bytes, *, max_bytes: int = 512 * 1024 * 1024) -> dict[str, by
     with archive:
         infos: dict[str, zipfile.ZipInfo] = {}
         for info in archive.infolist():
-            if info.filename not in BUNDLE_FILES:
-                known = ", ".join(BUNDLE_FILES)
+            if info.filename not in (*BUNDLE_FILES, DP_GRAPH_FILE):
+                known = ", ".join((*BUNDLE_FILES, DP_GRAPH_FILE))
                 raise ValueError(f"unexpected zip member {info.filename[:100]!r}: a bundle holds {known}")
             if info.filename in infos:
                 raise ValueError(f"zip member {info.filename!r} appears twice")

@@ -16,7 +16,11 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
+    "GAUSSIAN_MECHANISM",
     "META_HEADER",
+    "NOISE_SAMPLERS",
+    "NORM_LAPLACE_MECHANISM",
+    "LOCAL_SGD_MECHANISM",
     "WIRE_DTYPES",
     "Encoding",
     "PushMeta",
@@ -55,6 +59,7 @@ class TaskAsk:
     label_counts: list[int]
     features: dict[str, float | None] = field(default_factory=dict)
     device_model: str | None = None
+    local_examples: int | None = None  # the device's N; required when the coordinator runs DP
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class TaskGrant:
     params_url: str | None = None
     manifest_url: str | None = None
     train_graph_url: str | None = None
+    slo_energy: float | None = None  # % battery a task may use (None: no energy SLO)
+    predicted_energy: float | None = None
 
     @classmethod
     def from_json(cls, data: Any) -> TaskGrant:
@@ -88,6 +95,70 @@ class TaskGrant:
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"malformed task grant: {exc!r}") from exc
         return cls(**values)
+
+
+GAUSSIAN_MECHANISM = "dpsgd-poisson-gaussian/1"
+NORM_LAPLACE_MECHANISM = "clip-normlaplace/1"  # AUDP/MAPA (issue 16): pure ε per step
+LOCAL_SGD_MECHANISM = "local-sgd-round/1"  # van Dijk et al. (issue 16): one round of local SGD, noised sum
+NOISE_SAMPLERS = (
+    "exact",
+    "paper",
+)  # norm-Laplace radius: Gamma(d, λ) (the ε-DP one) or Exp(λ) (the paper's variance)
+
+
+@dataclass(frozen=True)
+class DPTerms:
+    """A DP task's terms (``TaskGrant.dp``), by ``mechanism``.
+
+    ``dpsgd-poisson-gaussian/1``: Poisson-sample at ``sampling_rate``, clip each example's gradient to
+    ``clip``, add N(0, (noise_multiplier·clip)²) to the sum, divide by ``expected_batch``.
+    ``clip-normlaplace/1``: draw ``expected_batch`` b examples (distinct unless ``replacement``), clip each
+    to ``clip`` G, average, add noise of density ∝ exp(−ε‖η‖/ΔS) with ε = ``epsilon_step`` and ΔS =
+    ``sensitivity`` ≥ 2G/b, drawn by the ``noise`` sampler; ``noise_multiplier`` is then λ/G = ΔS/(εG).
+    ``local-sgd-round/1``: round ``round``: Poisson-sample at q = ``local_steps``/N, one local SGD step of
+    size ``step_size`` per sampled example (gradient clipped to ``clip``; 0 = unclipped), push the sum of
+    the clipped gradients plus N(0, (noise_multiplier·clip)²) once; ``expected_batch`` = ``local_steps``."""
+
+    mechanism: str
+    clip: float
+    noise_multiplier: float
+    sampling_rate: float
+    expected_batch: int
+    delta: float | None = None
+    epsilon_after: float | None = None  # the device's ε once this task is counted
+    graph_url: str | None = None
+    epsilon_step: float | None = None  # norm-Laplace: this step's pure ε
+    sensitivity: float | None = None  # norm-Laplace: ΔS of the averaged clipped gradient
+    noise: str | None = None  # norm-Laplace: one of NOISE_SAMPLERS
+    replacement: bool = False  # norm-Laplace: draw the batch with replacement (the paper's Alg. 1)
+    round: int | None = None  # local-sgd-round: the client's round i
+    local_steps: int | None = None  # local-sgd-round: s_{i,c}, the expected local iterations
+    step_size: float | None = None  # local-sgd-round: the round step η̄_i
+
+    @classmethod
+    def from_json(cls, data: Any) -> DPTerms:
+        try:
+            terms = cls(**_known(cls, data))
+        except TypeError as exc:
+            raise WireError(f"DPTerms: {exc}") from exc
+        unclipped = terms.mechanism == LOCAL_SGD_MECHANISM and terms.clip == 0 and terms.noise_multiplier == 0
+        clip_ok = terms.clip > 0 or unclipped
+        if not (clip_ok and terms.noise_multiplier >= 0 and 0 < terms.sampling_rate <= 1):
+            raise WireError(f"DPTerms out of range: {terms}")
+        if terms.expected_batch < 1:
+            raise WireError(f"DPTerms: expected_batch must be >= 1, got {terms.expected_batch}")
+        if terms.mechanism == NORM_LAPLACE_MECHANISM:
+            eps, sens = terms.epsilon_step, terms.sensitivity
+            if eps is None or sens is None or not (eps > 0 and sens > 0) or terms.noise not in NOISE_SAMPLERS:
+                raise WireError(
+                    f"DPTerms: {terms.mechanism} needs epsilon_step, sensitivity > 0 and noise in"
+                    f" {NOISE_SAMPLERS}, got {terms}"
+                )
+        if terms.mechanism == LOCAL_SGD_MECHANISM:
+            steps, size = terms.local_steps, terms.step_size
+            if terms.round is None or steps is None or size is None or not (steps >= 1 and size > 0):
+                raise WireError(f"DPTerms: {terms.mechanism} needs round, local_steps >= 1, step_size > 0")
+        return terms
 
 
 @dataclass(frozen=True)

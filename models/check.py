@@ -12,13 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fleet_protocol.manifest import BUNDLE_FILES, Bundle, Manifest, read_zip
+from fleet_protocol.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, Manifest, read_zip
 
 if TYPE_CHECKING:
     import onnxruntime as ort
 
 CHECK_BATCH = 3  # > 1, so a graph whose batch dimension was specialised to 1 is caught
+DP_CHECK_BATCHES = (1, CHECK_BATCH, 8)  # the DP graph's batch sizes; batch 1 is the common DP-SGD case
+DP_CHECK_CLIP = 1e-3  # small enough to clip every example: the summed gradient's norm is then <= batch * C
 MAX_EXAMPLE_VALUES = 1 << 24  # the synthetic batch stays under ~200 MB whatever the manifest claims
+MAX_CLASSES = 1_000_000  # labels are int64 class indices; the check draws random ones below this
 MAX_NAME_LENGTH = 120  # the models table stores names in a 120-character column (longer: a 500 on PostgreSQL)
 FLOAT = "tensor(float)"
 INT64 = "tensor(int64)"
@@ -57,6 +60,10 @@ def _check_manifest_types(manifest: Manifest) -> None:
     shapes = [d for p in manifest.params for d in p.shape]
     if not all(is_int(d) for d in [*shapes, *manifest.input_shape, manifest.num_classes]):
         raise BundleError("manifest.json: shapes, input_shape and num_classes must be integers")
+    if not 2 <= manifest.num_classes <= MAX_CLASSES or any(
+        d >= 2**31 for d in [*shapes, *manifest.input_shape]
+    ):
+        raise BundleError(f"manifest.json: num_classes must be in [2, {MAX_CLASSES}], dimensions below 2^31")
     if any(d <= 0 for d in manifest.input_shape):
         raise BundleError("manifest.json: input_shape dimensions must be positive")
     if np.prod(manifest.input_shape, dtype=np.float64) > MAX_EXAMPLE_VALUES:
@@ -67,6 +74,8 @@ def _check_manifest_types(manifest: Manifest) -> None:
         manifest.loss_name,
         manifest.logits_name,
         *manifest.grad_names,
+        *manifest.dp_grad_names,
+        manifest.clip_name,
     ]
     if not all(isinstance(n, str) and n for n in labels):
         raise BundleError("manifest.json: input, output and gradient names must be non-empty strings")
@@ -80,7 +89,8 @@ def load_checked(path: str | Path) -> Bundle:
     missing = [name for name in BUNDLE_FILES if not (path / name).is_file()]
     if missing:
         raise BundleError(f"bundle is missing {', '.join(missing)}")
-    bundle = bundle_from_files({name: (path / name).read_bytes() for name in BUNDLE_FILES})
+    names = [*BUNDLE_FILES, *([DP_GRAPH_FILE] if (path / DP_GRAPH_FILE).is_file() else [])]
+    bundle = bundle_from_files({name: (path / name).read_bytes() for name in names})
     check_bundle(bundle)
     return bundle
 
@@ -103,7 +113,7 @@ def check_bundle(bundle: Bundle, *, batch: int = CHECK_BATCH, seed: int = 0) -> 
     parameters (float32, the manifest's shapes), ``x`` (float32, dynamic batch, ``input_shape``) and, for
     training, ``y`` (int64, batch); the train graph outputs the loss and one gradient per parameter; one
     pass on a synthetic batch gives a finite scalar loss, finite gradients shaped like their parameters
-    and finite logits of shape (batch, num_classes)."""
+    and finite logits of shape (batch, num_classes). A DP graph, if present, must pass ``check_dp_graph``."""
     manifest = bundle.manifest
     if not np.isfinite(bundle.init_params).all():
         bad = int(np.count_nonzero(~np.isfinite(bundle.init_params)))
@@ -137,6 +147,47 @@ def check_bundle(bundle: Bundle, *, batch: int = CHECK_BATCH, seed: int = 0) -> 
         )
     if not np.isfinite(logits).all():
         raise BundleError("infer.onnx: logits are not finite")
+    if bundle.dp_onnx is not None:
+        check_dp_graph(bundle, params, seed=seed)
+
+
+def check_dp_graph(bundle: Bundle, params: dict[str, np.ndarray], *, seed: int = 0) -> None:
+    """Raise ``BundleError`` unless ``dp_train.onnx`` takes the train inputs plus a scalar float32 clip,
+    outputs the loss and one clipped sum per parameter, and, at several batch sizes, gives finite values
+    whose global norm is at most batch x clip (what clipping every example guarantees; no torch here, so
+    per-example exactness is checked at export, not on upload)."""
+    manifest, label = bundle.manifest, DP_GRAPH_FILE
+    assert bundle.dp_onnx is not None
+    session = _session(bundle.dp_onnx, label)
+    inputs = {i.name: i for i in session.get_inputs()}
+    clip = inputs.pop(manifest.clip_name, None)
+    if clip is None or clip.type != FLOAT or list(clip.shape) != []:
+        found = "none" if clip is None else f"{clip.type}{list(clip.shape)}"
+        raise BundleError(f"{label}: needs a scalar float32 input {manifest.clip_name!r} (found {found})")
+    _check_named_inputs(inputs, manifest, label, with_labels=True)
+    outputs = [o.name for o in session.get_outputs()]
+    missing = [n for n in [manifest.loss_name, *manifest.dp_grad_names] if n not in outputs]
+    if missing:
+        raise BundleError(f"{label} lacks the outputs {missing[:10]} (outputs: {outputs[:20]})")
+    rng = np.random.default_rng(seed)
+    for batch in DP_CHECK_BATCHES:
+        x = rng.random((batch, *manifest.input_shape), dtype=np.float32)
+        y = rng.integers(0, manifest.num_classes, size=batch, dtype=np.int64)
+        clip = np.array(DP_CHECK_CLIP, np.float32)
+        data = {manifest.x_name: x, manifest.y_name: y, manifest.clip_name: clip}
+        outputs = [manifest.loss_name, *manifest.dp_grad_names]
+        loss, *sums = _run(session, outputs, _feeds(session, params, data), label, batch)
+        if np.asarray(loss).size != 1 or not np.isfinite(loss).all():
+            raise BundleError(f"{label}: loss is not one finite value at batch {batch}: {loss!r}")
+        for spec, name, total in zip(manifest.params, manifest.dp_grad_names, sums, strict=True):
+            if tuple(total.shape) != spec.shape or not np.isfinite(total).all():
+                raise BundleError(f"{label}: {name!r} is not a finite array of shape {spec.shape}")
+        norm = float(np.sqrt(sum(np.square(t, dtype=np.float64).sum() for t in sums)))
+        if norm > batch * DP_CHECK_CLIP * (1 + 1e-3):
+            raise BundleError(
+                f"{label} does not clip: at batch {batch} and clip {DP_CHECK_CLIP} the summed gradient's"
+                f" norm is {norm:.3g} > {batch * DP_CHECK_CLIP:.3g}"
+            )
 
 
 def _session(model: bytes, label: str) -> ort.InferenceSession:
@@ -155,7 +206,10 @@ def _session(model: bytes, label: str) -> ort.InferenceSession:
 def _check_inputs(
     session: ort.InferenceSession, manifest: Manifest, label: str, *, with_labels: bool
 ) -> None:
-    inputs = {i.name: i for i in session.get_inputs()}
+    _check_named_inputs({i.name: i for i in session.get_inputs()}, manifest, label, with_labels=with_labels)
+
+
+def _check_named_inputs(inputs: dict[str, Any], manifest: Manifest, label: str, *, with_labels: bool) -> None:
     expected = {p.name: (FLOAT, p.shape) for p in manifest.params}
     data_inputs = [manifest.x_name, manifest.y_name] if with_labels else [manifest.x_name]
     for name in data_inputs:
@@ -216,11 +270,17 @@ def _feeds(
     return {**{k: v for k, v in params.items() if k in names}, **data}
 
 
-def _run(session: ort.InferenceSession, outputs: list[str], feeds: dict[str, np.ndarray], label: str) -> list:
+def _run(
+    session: ort.InferenceSession,
+    outputs: list[str],
+    feeds: dict[str, np.ndarray],
+    label: str,
+    batch: int = CHECK_BATCH,
+) -> list:
     try:
         return session.run(outputs, feeds)
     except Exception as exc:  # a graph that loads may still fail on real shapes
-        raise BundleError(f"{label} fails on a batch of {CHECK_BATCH}: {_short(exc)}") from exc
+        raise BundleError(f"{label} fails on a batch of {batch}: {_short(exc)}") from exc
 
 
 def _short(exc: Exception, limit: int = 300) -> str:

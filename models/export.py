@@ -1,4 +1,5 @@
-"""Export a torch model (built-in or your own) to a bundle: train graph (loss + gradients), infer graph, init.
+"""Export a torch model (built-in or your own) to a bundle: train graph (loss + gradients), infer graph, init,
+and, when its layers allow per-example gradients, the DP-SGD graph (models/dp_export.py).
 
 The joint forward+backward is traced with ``make_fx(grad_and_value(...))`` and exported with the dynamo
 ONNX exporter, because torch.export cannot export a module that calls autograd itself; the result runs
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import logging
 import tempfile
@@ -27,6 +29,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from models.check import check_bundle
 from models.decompositions import training_decompositions
+from models.dp_export import dp_grad_name, dp_step_function, max_dp_error, trace_batch, warn_no_dp_graph
 from models.graph_rewrite import drop_offset_pools
 from models.manifest import BUILTIN_DIR, Bundle, Manifest, ParamSpec
 from models.zoo import BUILTINS, build, mean_cross_entropy
@@ -64,6 +67,8 @@ def export_module(
     Before anything is written, the exported graphs are run on a random batch and their loss, every
     gradient and the logits must agree with torch autograd to ``tolerance`` (max absolute error), and the
     bundle must pass the coordinator's own check (models/check.py); a ``ValueError`` says what differs.
+    The DP graph (``dp_train.onnx``) is added only if every trainable parameter sits in a Linear/Conv layer
+    and its clipped sums agree with a per-example autograd loop; otherwise a warning says why it is absent.
     """
     module = module.eval()
     input_shape = tuple(int(d) for d in input_shape)
@@ -127,8 +132,53 @@ def export_module(
     error = max_error_against_autograd(bundle, module, loss)
     if not error <= tolerance:
         raise ValueError(f"exported graphs differ from torch autograd by {error:.2e} > {tolerance:.0e}")
+    bundle = _with_dp_graph(bundle, module, loss, state_names, state, constants, tolerance)
     check_bundle(bundle)
     return bundle.save(out_dir)
+
+
+def _with_dp_graph(
+    bundle: Bundle,
+    module: torch.nn.Module,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    state_names: list[str],
+    state: tuple[torch.Tensor, ...],
+    constants: dict[str, np.ndarray],
+    tolerance: float,
+) -> Bundle:
+    """``bundle`` plus the DP graph if one can be exported and matches a per-example loop, else ``bundle``
+    unchanged and a warning: a model without a DP graph still trains, only DP tasks are refused for it."""
+    manifest = bundle.manifest
+    names = [p.name for p in manifest.params]
+    step = dp_step_function(module, names, state_names, manifest.input_shape, loss)
+    if isinstance(step, str):
+        warn_no_dp_graph(manifest.name, step)
+        return bundle
+    dp_manifest = dataclasses.replace(manifest, dp_grad_names=tuple(dp_grad_name(p) for p in names))
+    n_state = len(state_names)
+    batch = trace_batch(module, manifest.input_shape)  # not TRACE_BATCH: that may pin the batch here
+    args = (*state, torch.zeros(batch, *manifest.input_shape), torch.zeros(batch, dtype=torch.int64))
+    args = (*args, torch.ones(()))  # clip
+    buffer_inputs = [f"buffer.{k}" for k in state_names[len(names) :]]
+    try:
+        dp_onnx = _to_onnx(
+            _trace(step)(*args),
+            args,
+            input_names=[*names, *buffer_inputs, manifest.x_name, manifest.y_name, dp_manifest.clip_name],
+            output_names=[manifest.loss_name, *dp_manifest.dp_grad_names],
+            batched=(n_state, n_state + 1),
+            constants=constants,
+        )
+    except Exception as exc:  # the exporter raises many types; the model still gets its train graph
+        warn_no_dp_graph(manifest.name, f"the exporter failed: {str(exc).strip().splitlines()[-1][:300]}")
+        return bundle
+    dp_bundle = dataclasses.replace(bundle, manifest=dp_manifest, dp_onnx=dp_onnx)
+    error = max_dp_error(dp_bundle, module, loss)
+    if not error <= tolerance:
+        reason = f"clipped sums differ from a per-example loop by {error:.2e} (does it mix examples?)"
+        warn_no_dp_graph(manifest.name, reason)
+        return bundle
+    return dp_bundle
 
 
 def max_error_against_autograd(

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleet_protocol.manifest import BUNDLE_FILES, Bundle, Manifest, ParamSpec, read_zip
+from fleet_protocol.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, Manifest, ParamSpec, read_zip
 
-__all__ = ["BUILTIN_DIR", "BUNDLE_FILES", "Bundle", "Manifest", "ParamSpec", "builtin", "read_zip"]
+__all__ = [
+    "BUILTIN_DIR",
+    "BUNDLE_FILES",
+    "DP_GRAPH_FILE",
+    "Bundle",
+    "Manifest",
+    "ParamSpec",
+    "builtin",
+    "read_zip",
+]
 
 BUILTIN_DIR = Path(__file__).parent / "artifacts"
 

@@ -45,6 +45,18 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class LogReg(nn.Module):
+    """Multinomial logistic regression over the same 1x28x28 input (7,850 parameters): the convex model of the
+    MAPA/AUDP experiments (issue 16), where the paper's step-size and stage rules assume a smooth loss."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.fc = nn.Linear(784, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
 def mean_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The training loss of every built-in model: cross-entropy averaged over the batch."""
     return F.cross_entropy(logits, y, reduction="mean")
@@ -63,6 +75,7 @@ class ModelSpec:
 BUILTINS: dict[str, ModelSpec] = {
     "mnist_cnn": ModelSpec(build=MnistCNN, input_shape=(1, 28, 28), num_classes=10),
     "mlp": ModelSpec(build=MLP, input_shape=(1, 28, 28), num_classes=10),
+    "logreg": ModelSpec(build=LogReg, input_shape=(1, 28, 28), num_classes=10),
 }
 
 

@@ -13,17 +13,34 @@ from profiler import IProf
 from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
+from server.core.privacy import PrivacyPolicy
 from server.settings import Settings
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
-from server.strategies import STRATEGIES, make_strategy
+from server.strategies import STRATEGIES, Strategy, make_strategy
+from server.strategies.kardam import Kardam
 
-__all__ = ["build_coordinator", "build_profiler", "build_store", "strategy_params"]
+__all__ = [
+    "apply_settings",
+    "build_coordinator",
+    "build_profiler",
+    "build_store",
+    "build_strategy",
+    "strategy_params",
+]
 
 
 def strategy_params(settings: Settings) -> dict[str, object]:
     """The keyword arguments of the configured strategy: the fields of its own settings class."""
     return STRATEGIES[settings.strategy].settings.from_config(settings).kwargs()
+
+
+def build_strategy(settings: Settings) -> Strategy:
+    """The configured strategy, wrapped in Kardam's filters when FLEET_KARDAM is set."""
+    strategy = make_strategy(settings.strategy, **strategy_params(settings))
+    if settings.kardam:
+        return Kardam(strategy, f=settings.kardam_f, dampening=settings.kardam_dampening)
+    return strategy
 
 
 def build_profiler(settings: Settings) -> IProf | RoundRobinDispatcher:
@@ -51,16 +68,17 @@ def build_store(settings: Settings, engine: Engine | None = None) -> SqlStore:
     return SqlStore(session_factory(engine), version_retention=settings.version_retention)
 
 
-def build_coordinator(settings: Settings) -> Coordinator:
+def build_coordinator(settings: Settings, store: SqlStore | None = None) -> Coordinator:
     """A started coordinator: state loaded from storage, the initial model added, the stop rule set."""
     coordinator = Coordinator(
-        store=build_store(settings),
+        store=store or build_store(settings),
         profiler=build_profiler(settings),
-        strategy_factory=lambda: make_strategy(settings.strategy, **strategy_params(settings)),
+        strategy_factory=lambda: build_strategy(settings),
         admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
         lease_seconds=settings.lease_seconds,
         max_gradient_norm=settings.max_gradient_norm,
         version_retention=settings.version_retention,
+        privacy=privacy_policy(settings),
     )
     coordinator.start()
     if settings.profiler_bootstrap is not None:
@@ -70,3 +88,44 @@ def build_coordinator(settings: Settings) -> Coordinator:
     if settings.target_accuracy is not None or settings.max_versions is not None:
         coordinator.set_stop(target_accuracy=settings.target_accuracy, max_versions=settings.max_versions)
     return coordinator
+
+
+def privacy_policy(settings: Settings) -> PrivacyPolicy | None:
+    """DP terms for every task, or None when DP is off."""
+    if not settings.dp:
+        return None
+    return PrivacyPolicy(
+        clip=settings.dp_clip,
+        noise_multiplier=settings.dp_noise_multiplier,
+        epsilon_budget=settings.dp_epsilon_budget,
+        delta=settings.dp_delta,
+        examples_tolerance=settings.dp_examples_tolerance,
+    )
+
+
+STRATEGY_FIELDS = ("strategy", "learning_rate", "k", "time_window")
+
+
+def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> None:
+    """Apply changed run-time settings (server/settings.py LIVE_SETTINGS) to a running coordinator.
+
+    The strategy is rebuilt only when one of its fields changed; it keeps its state when its class stays
+    the same. The API's rate limits are the API's own (server/api/app.py applies them)."""
+    changed = {name for name in type(new).model_fields if getattr(old, name) != getattr(new, name)}
+    fields = set(STRATEGY_FIELDS)
+    fields.update(f for cls in STRATEGIES.values() for f in cls.settings.__dataclass_fields__)
+    factory = None
+    if changed & fields:
+
+        def factory() -> Strategy:
+            return build_strategy(new)
+
+    coordinator.reconfigure(
+        strategy_factory=factory, lease_seconds=new.lease_seconds, max_gradient_norm=new.max_gradient_norm
+    )
+    coordinator.admission.size_drop = new.size_drop
+    coordinator.admission.similarity_drop = new.similarity_drop
+    profiler = coordinator.profiler
+    for each in getattr(profiler, "profilers", [profiler]):  # the MAUI dispatcher holds two
+        each.time_slo_ms, each.energy_slo = new.time_slo_ms, new.energy_slo
+        each.min_batch, each.max_batch = new.min_batch, new.max_batch

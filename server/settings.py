@@ -13,6 +13,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from profiler.defaults import TUNED_PARAMS
 
+StrategyName = Literal[
+    "adabuff", "adasgd", "audp", "dynsgd", "dynsgd-clip", "fedadam", "fedavg-async", "fedbuff", "fedyogi",
+    "mapa", "ssgd", "vandijk",
+]  # fmt: skip
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEET_", env_file=".env", extra="ignore")
@@ -24,9 +29,8 @@ class Settings(BaseSettings):
 
     # model and strategy
     initial_model: str | None = "mnist_cnn"  # built-in model to train when the database holds none
-    strategy: Literal[
-        "adabuff", "adasgd", "dynsgd", "dynsgd-clip", "fedadam", "fedavg-async", "fedbuff", "fedyogi", "ssgd"
-    ] = "dynsgd-clip"  # the default chosen by issue 19's measurements (docs/results/default-search.md)
+    # the default chosen by issue 19's measurements (docs/results/default-search.md)
+    strategy: StrategyName = "dynsgd-clip"
     learning_rate: float | None = Field(None, gt=0)  # None: the strategy's own default rate
     k: int | None = Field(None, ge=1)  # None: the strategy's own buffer size
     time_window: float | None = None
@@ -42,6 +46,32 @@ class Settings(BaseSettings):
     epsilon: float = Field(1e-3, gt=0)
     clip_factor: float = Field(1.0, gt=0)  # dynsgd-clip: clip each gradient to this × the recent median norm
     warmup_gradients: int = Field(200, ge=0)  # dynsgd-clip: rate ramped up over this many gradients
+    # audp, mapa (issue 16): norm-Laplace noise on every device, pure ε per step (server/strategies/audp.py)
+    dp_step_epsilon: float = Field(0.1, gt=0, allow_inf_nan=False)  # ε_k of every step, one for all devices
+    dp_step_batch: int = Field(12, ge=1)  # b: examples per step, each clipped to G = b·ΔS/2
+    dp_noise_sampler: Literal["exact", "paper"] = "exact"  # "paper" matches the paper's variance, NOT ε-DP
+    tau_max: int = Field(10, ge=0)  # gradients staler than this are dropped; enters the rates
+    smoothness: float = Field(10.0, gt=0)  # L, assumed
+    gradient_std: float = Field(30.0, ge=0)  # σ of a per-example gradient, assumed
+    l2: float = Field(0.0, ge=0)  # λ_reg, applied by the server as weight decay
+    audp_clip: float = Field(3.0, gt=0, allow_inf_nan=False)  # audp: the fixed clip G
+    mapa_sensitivity: float | None = Field(None, gt=0)  # mapa: ΔS₀; None: Theorem 3's from σ, b, δ
+    mapa_theta: float = Field(0.5, gt=0, lt=1)  # mapa: ΔS ← θΔS per stage
+    mapa_delta: float = Field(1e-3, gt=0, lt=1)  # mapa: Theorem 3's failure probability for ΔS₀
+    mapa_loss_gap: float = Field(2.302585, gt=0)  # mapa: f(x₁) − f*, unknown, a hyperparameter (ln 10)
+    # vandijk (issue 16): local SGD rounds of growing size, one Gaussian noise per round (vandijk.py)
+    vandijk_schedule: Literal["linear", "ilogi", "constant"] = "linear"  # s_i = b + ⌈a·i⌉, b + ⌈a·z/ln z⌉, b
+    vandijk_a: float = Field(1.3216, ge=0, allow_inf_nan=False)  # growth of the per-device round size
+    vandijk_b: int = Field(16, ge=1)  # s_0, the first round's size per device
+    vandijk_beta: float = Field(0.01, ge=0, allow_inf_nan=False)  # η̄_i = η0/(1 + β·t_i or β√t_i); 0: constant
+    vandijk_decay: Literal["linear", "sqrt"] = "sqrt"  # linear: strongly convex; sqrt: convex, non-convex
+    vandijk_delay_rounds: int = Field(1, ge=0)  # d: a device may run at most d rounds ahead of the barrier
+    vandijk_noise_multiplier: float | None = Field(None, gt=0)  # σ per round; None: the DP policy's
+    vandijk_clip: float | None = Field(None, gt=0)  # C per example; None: the DP policy's (unclipped if off)
+    # kardam (issue 17): Byzantine filters + staleness dampening around FLEET_STRATEGY (strategies/kardam.py)
+    kardam: bool = False
+    kardam_f: int = Field(3, ge=0)  # f, the assumed Byzantine devices; n > 3f+1 is checked, only warned
+    kardam_dampening: Literal["exp", "inverse"] = "exp"  # Λ(τ) = exp(−0.2τ) or 1/(τ+1)
 
     # controller and profiler
     size_drop: float = Field(0.0, ge=0, lt=1)
@@ -56,6 +86,13 @@ class Settings(BaseSettings):
     profiler_baseline: Literal["none", "maui"] = "none"  # "maui": alternate requests with MAUI (experiments)
 
     # protocol limits
+    # Differential privacy (server/core/privacy.py): DP-SGD on the devices, a per-device ε budget.
+    dp: bool = False
+    dp_clip: float = Field(1.0, gt=0, allow_inf_nan=False)  # C: each example's gradient norm bound
+    dp_noise_multiplier: float = Field(1.1, gt=0, allow_inf_nan=False)  # σ: noise std is σC
+    dp_epsilon_budget: float | None = Field(8.0, gt=0, allow_inf_nan=False)  # per device; None: unenforced
+    dp_delta: float | None = Field(None, gt=0, lt=1)  # None: 1/N² for a device with N examples
+    dp_examples_tolerance: float = Field(2.0, ge=1, allow_inf_nan=False)  # N may change by this factor
     lease_seconds: float = Field(60.0, gt=0)
     max_gradient_norm: float = Field(1e4, gt=0)
     max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
@@ -71,6 +108,14 @@ class Settings(BaseSettings):
     eval_interval_s: float = Field(5.0, gt=0)
     target_accuracy: float | None = None
     max_versions: int | None = None
+
+    # admin web console (/admin); FLEET_CONSOLE=false serves none of it and training is unaffected
+    console: bool = True
+    console_user: str | None = None  # first-run user, created when the database has no console user
+    console_password: SecretStr | None = None
+    console_session_hours: float = Field(12.0, gt=0)
+    login_rate_per_minute: float = Field(6.0, gt=0)  # wrong or right, per client address and per username
+    login_burst: int = Field(5, ge=1)
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'fleet.db'}"
@@ -95,3 +140,36 @@ class Settings(BaseSettings):
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+# What the console may change while training runs (applied by server/compose.py's apply_settings), by page
+# section; strategy fields are shown only when the running strategy takes them.
+LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "Learning": (
+        "strategy", "learning_rate", "k", "time_window", "percentile", "bootstrap", "staleness_cap",
+        "boost_floor", "boost_scope", "global_counts", "over_selection", "beta1", "beta2", "epsilon",
+        "clip_factor", "warmup_gradients", "dp_step_epsilon", "dp_step_batch", "dp_noise_sampler", "tau_max",
+        "smoothness", "gradient_std", "l2", "audp_clip", "mapa_sensitivity", "mapa_theta", "mapa_delta",
+        "mapa_loss_gap", "vandijk_schedule", "vandijk_a", "vandijk_b", "vandijk_beta", "vandijk_decay",
+        "vandijk_delay_rounds", "vandijk_noise_multiplier", "vandijk_clip",
+    ),
+    "SLOs and batch limits": ("time_slo_ms", "energy_slo", "min_batch", "max_batch"),
+    "Controller": ("size_drop", "similarity_drop"),
+    "Protocol limits": (
+        "lease_seconds", "max_gradient_norm", "rate_limit_per_second", "rate_limit_burst",
+        "enroll_rate_per_second", "enroll_burst",
+    ),
+}  # fmt: skip
+
+
+def with_overrides(settings: Settings, overrides: dict[str, object]) -> Settings:
+    """``settings`` with ``overrides`` applied, validated as a whole (raises pydantic's ValidationError).
+
+    ``model_validate`` does not read the environment again: only the given values change."""
+    unknown = set(overrides) - {name for names in LIVE_SETTINGS.values() for name in names}
+    if unknown:
+        raise ValueError(f"not settable at run time: {sorted(unknown)}")
+    merged = Settings.model_validate({**settings.model_dump(), **overrides})
+    if merged.min_batch > merged.max_batch:
+        raise ValueError(f"min_batch ({merged.min_batch}) must not exceed max_batch ({merged.max_batch})")
+    return merged

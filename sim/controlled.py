@@ -5,6 +5,7 @@ asks the coordinator core for a task, samples its mini-batch with replacement fr
 the real gradient with the ONNX training graph on the version it was handed, and pushes it. The test
 set is evaluated every ``eval_every`` model updates. Random streams are split per purpose from the
 seed, so for one seed every strategy sees the same devices, staleness draws and mini-batch indices.
+With ``RunConfig.dp`` a task is a DP-SGD step over the device's whole part instead (client/_privacy.py).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from client import GradientSession
+from client._privacy import DPGradientSession, private_gradient
+from client._worker import scaled_counts
 from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
@@ -30,6 +34,15 @@ from sim.harness import BatchSizer, VirtualClock, build_core
 from sim.staleness import Gaussian, StalenessController
 
 FEATURES: dict[str, float | None] = {"available_memory": 1e9, "total_memory": 4e9}
+
+
+@dataclass(frozen=True)
+class DPSetting:
+    """DP-SGD per task as Fleet's worker runs it: each example's gradient clipped to ``clip`` (C), noise of
+    standard deviation ``noise_multiplier`` × C (σ) added to the clipped sum."""
+
+    clip: float
+    noise_multiplier: float
 
 
 @dataclass
@@ -51,6 +64,7 @@ class RunConfig:
     recall_class: int | None = None
     max_requests: int | None = None  # a budget of task requests instead of updates (pruning)
     stop_recall: float | None = None  # stop once recall_class's recall ≥ this with accuracy ≥ 0.5
+    dp: DPSetting | None = None  # None: the plain gradient on a batch drawn with replacement
 
 
 @dataclass
@@ -67,6 +81,7 @@ class RunResult:
     diverged: bool = False
     seconds_gradient: float = 0.0
     seconds_total: float = 0.0
+    device_tasks: dict[int, int] = field(default_factory=dict)  # device index → tasks granted to it
 
     def first_update_at(self, threshold: float) -> int | None:
         """The first evaluated update count with accuracy ≥ threshold."""
@@ -106,6 +121,13 @@ class Workbench:
         self.evaluator = Evaluator(bundle.manifest, bundle.infer_onnx, test.x, test.y)
         self.num_classes = bundle.manifest.num_classes
 
+    @cached_property
+    def dp_gradients(self) -> DPGradientSession:
+        """The per-example-clipped graph's session, built on first use: only DP runs pay for it."""
+        if self.bundle.dp_onnx is None:
+            raise ValueError(f"model {self.bundle.manifest.name!r} has no DP graph (dp_train.onnx)")
+        return DPGradientSession(self.bundle.manifest, self.bundle.dp_onnx, threads=1)
+
     def evaluate(self, params: np.ndarray, recall_class: int | None) -> tuple[float, float, float | None]:
         if not np.isfinite(params).all():
             return 0.0, math.inf, 0.0 if recall_class is not None else None
@@ -141,6 +163,10 @@ def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:
     devices = [core.enroll(f"sim-{i % 7}")[0] for i in range(len(config.parts))]
     local_counts = [np.bincount(bench.train.y[p], minlength=bench.num_classes) for p in config.parts]
     pick, sample = stream(config.seed, 0), stream(config.seed, 2)
+    if config.dp is not None:
+        # DP runs draw Poisson samples and noise from their own seeded stream: reproducible, which only a
+        # simulation may be (a device's worker seeds every step from the OS: client/_privacy.py)
+        sample = stream(config.seed, 4)
     result = RunResult()
 
     def evaluate(version: int) -> None:
@@ -162,7 +188,9 @@ def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:
         if not isinstance(grant, TaskGrant):
             result.rejected += 1
             continue
-        outcome = _compute_and_push(bench, core, devices[d], config.parts[d], grant, sample, result)
+        result.device_tasks[d] = result.device_tasks.get(d, 0) + 1  # granted tasks: what a ledger charges
+        push = _compute_and_push if config.dp is None else _compute_and_push_private
+        outcome = push(bench, core, devices[d], config, d, grant, sample, result)
         if outcome is None:
             break
         result.staleness.append(outcome.staleness)
@@ -181,23 +209,72 @@ def _compute_and_push(
     bench: Workbench,
     core: Coordinator,
     device: Device,
-    part: np.ndarray,
+    config: RunConfig,
+    d: int,
     grant: TaskGrant,
     sample: np.random.Generator,
     result: RunResult,
 ) -> PushOutcome | None:
     """The task's real gradient on a mini-batch of the device's part, pushed; None once the run diverged."""
-    batch = sample.choice(part, size=grant.batch_size, replace=True)
+    batch = sample.choice(config.parts[d], size=grant.batch_size, replace=True)
     params = core.catalog.params(grant.model_id, grant.version)
     t0 = time.perf_counter()
     loss, gradient = bench.gradients.loss_and_gradient(params, bench.train.x[batch], bench.train.y[batch])
     result.seconds_gradient += time.perf_counter() - t0
+    counts = np.bincount(bench.train.y[batch], minlength=bench.num_classes)
+    return _push(core, device, grant, result, float(loss), gradient, counts, int(grant.batch_size))
+
+
+def _compute_and_push_private(
+    bench: Workbench,
+    core: Coordinator,
+    device: Device,
+    config: RunConfig,
+    d: int,
+    grant: TaskGrant,
+    sample: np.random.Generator,
+    result: RunResult,
+) -> PushOutcome | None:
+    """A DP-SGD step over the device's whole part (Poisson rate q = B/N), pushed as the worker pushes it:
+    batch size B and the part's label mix scaled to B, never the sampled batch's (client/_worker.py)."""
+    assert config.dp is not None
+    part = config.parts[d]
+    expected = min(int(grant.batch_size), len(part))
+    params = core.catalog.params(grant.model_id, grant.version)
+    t0 = time.perf_counter()
+    private = private_gradient(
+        bench.dp_gradients,
+        params,
+        bench.train.x[part],
+        bench.train.y[part],
+        clip=config.dp.clip,
+        noise_multiplier=config.dp.noise_multiplier,
+        expected_batch=expected,
+        rng=sample,  # seeded: reproducible runs (a simulation only; a real device seeds from the OS)
+    )
+    result.seconds_gradient += time.perf_counter() - t0
+    local = np.bincount(bench.train.y[part], minlength=bench.num_classes)
+    counts = np.asarray(scaled_counts(local.tolist(), expected))
+    loss = private.loss if math.isfinite(private.loss) else 0.0  # an empty Poisson draw: no local loss
+    return _push(core, device, grant, result, loss, private.gradient, counts, expected)
+
+
+def _push(
+    core: Coordinator,
+    device: Device,
+    grant: TaskGrant,
+    result: RunResult,
+    loss: float,
+    gradient: np.ndarray,
+    counts: np.ndarray,
+    batch_size: int,
+) -> PushOutcome | None:
+    """Submit one computed gradient; None (and the run marked diverged) if it is not finite or refused."""
     result.gradients += 1
     if not (math.isfinite(loss) and np.isfinite(gradient).all()):
         result.diverged = True
         return None
-    counts = np.bincount(bench.train.y[batch], minlength=bench.num_classes)
-    body = TaskResult(counts, float(loss), 1.0, None, int(grant.batch_size), gradient, grant.task_id)
+    body = TaskResult(counts, loss, 1.0, None, batch_size, gradient, grant.task_id)
     try:
         return core.submit(device, grant.task_id, body)
     except InvalidInput:

@@ -19,7 +19,6 @@ ENROLL, ADMIN = "test-enrollment-key", "test-admin-token"
 FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": None, "cpu_freq_sum": 8000.0}
 
 
-
 @functools.cache
 def _postgres_problem(url: str) -> str | None:
     """Why PostgreSQL at ``url`` cannot be used (None if it can); asked once per run."""

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from server.core.events import (
     CounterBumped,
     DeviceEnrolled,
+    DeviceRevoked,
+    EnrollmentKeyCreated,
+    EnrollmentKeyRevoked,
     EvaluationRecorded,
     Event,
+    HeadPromoted,
     LeasesExpired,
     ModelAdded,
+    PrivacyCharged,
     PushApplied,
     StateCheckpoint,
     StatusChanged,
@@ -22,10 +30,13 @@ from server.core.events import (
 )
 from server.core.ports import (
     AnsweredTask,
+    DeviceRecord,
+    EnrollmentKey,
     EvaluationRecord,
     Lease,
     MeasurementRecord,
     ModelRecord,
+    PromotionRecord,
 )
 from server.core.types import Device
 
@@ -41,12 +52,16 @@ class MemoryStore:
         self.models_: dict[str, dict[str, Any]] = {}
         self.versions_: dict[tuple[str, int], tuple[bytes, float]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
-        self.devices: dict[str, Device] = {}
+        self.devices_: dict[str, DeviceRecord] = {}  # by device id
+        self.token_hashes: dict[str, str] = {}  # token hash -> device id
+        self.keys: dict[str, tuple[EnrollmentKey, str]] = {}  # key id -> (key, hash)
+        self.promotions: list[PromotionRecord] = []
         self.evaluations_: dict[str, list[EvaluationRecord]] = {}
         self.measurements_: list[MeasurementRecord] = []
         self.counters_: dict[str, int] = {}
         self.strategies: dict[str, dict[str, Any]] = {}
         self.profiles: dict[str, dict[str, Any]] = {}
+        self.charges: list[PrivacyCharged] = []
 
     def commit(self, events: Sequence[Event]) -> None:
         with self._lock:
@@ -61,7 +76,13 @@ class MemoryStore:
         match e:
             case TaskGranted():
                 self.tasks[e.task_id] = {**e.__dict__, "status": "open", "digest": None, "outcome": None}
+                if e.privacy is not None:
+                    self.charges.append(e.privacy)
+                self._touch(e.device_id, last_seen=e.created_at, last_features=e.features)
             case PushApplied():
+                device = self.devices_.get(e.device_id)
+                if device is not None:
+                    self._touch(e.device_id, tasks_applied=device.tasks_applied + 1)
                 task = self.tasks[e.task_id]
                 task.update(status="applied", digest=e.digest, outcome=e.outcome, staleness=e.staleness)
                 task.update(weight=e.weight, answered_at=e.at)
@@ -79,11 +100,7 @@ class MemoryStore:
                 )
                 if e.new_version is not None:
                     v = e.new_version
-                    self.versions_[(v.model_id, v.version)] = (v.params, e.at)
-                    self.models_[v.model_id]["current_version"] = v.version
-                    for key in [k for k in self.versions_ if k[0] == v.model_id]:
-                        if 0 < key[1] <= v.version - self.version_retention:
-                            del self.versions_[key]
+                    self._new_version(v.model_id, v.version, v.params, e.at)
             case StatusChanged():
                 self.models_[e.model_id]["status"] = e.status
             case StopCriterionSet():
@@ -111,11 +128,52 @@ class MemoryStore:
                 }
                 self.versions_[(e.model_id, 0)] = (e.init_params, e.at)
             case DeviceEnrolled():
-                self.devices[e.token_hash] = Device(e.device_id, e.device_model)
+                self.devices_[e.device_id] = DeviceRecord(
+                    e.device_id, e.device_model, e.at, e.at, 0, None, None
+                )
+                self.token_hashes[e.token_hash] = e.device_id
+            case DeviceRevoked():
+                if self.devices_[e.device_id].revoked_at is None:
+                    self._touch(e.device_id, revoked_at=e.at)
+            case EnrollmentKeyCreated():
+                self.keys[e.key_id] = (EnrollmentKey(e.key_id, e.name, e.at, e.actor, None), e.key_hash)
+            case EnrollmentKeyRevoked():
+                key, digest = self.keys[e.key_id]
+                if key.revoked_at is None:
+                    self.keys[e.key_id] = (dataclasses.replace(key, revoked_at=e.at), digest)
+            case HeadPromoted():
+                self._new_version(e.model_id, e.version, e.params, e.at)
+                for model_id, model in self.models_.items():
+                    model["active"] = model_id == e.model_id
+                self.models_[e.model_id]["status"] = "training"
+                self.promotions.append(
+                    PromotionRecord(
+                        e.model_id,
+                        e.version,
+                        e.source_version,
+                        e.previous_model_id,
+                        e.previous_version,
+                        e.actor,
+                        e.at,
+                    )
+                )
             case StateCheckpoint():
                 if e.model_id is not None and e.strategy is not None:
                     self.strategies[e.model_id] = e.strategy
                 self.profiles.update(e.profiles)
+
+    def _touch(self, device_id: str, **fields: Any) -> None:
+        if device_id in self.devices_:
+            self.devices_[device_id] = dataclasses.replace(self.devices_[device_id], **fields)
+
+    def _new_version(self, model_id: str, version: int, params: bytes, at: float) -> None:
+        """As the SQL store: the head only moves up, and versions past retention go (not version 0)."""
+        self.versions_[(model_id, version)] = (params, at)
+        model = self.models_[model_id]
+        model["current_version"] = newest = max(model["current_version"], version)
+        for key in [k for k in self.versions_ if k[0] == model_id]:
+            if 0 < key[1] <= newest - self.version_retention:
+                del self.versions_[key]
 
     def ping(self) -> None:
         """Always reachable."""
@@ -148,7 +206,7 @@ class MemoryStore:
         if model_id not in self.models_:
             return None
         event: ModelAdded = self.models_[model_id]["event"]
-        return event.train_onnx if which == "train" else event.infer_onnx
+        return {"train": event.train_onnx, "infer": event.infer_onnx, "dp": event.dp_onnx}[which]
 
     def version_params(self, model_id: str, version: int) -> bytes | None:
         stored = self.versions_.get((model_id, version))
@@ -158,16 +216,31 @@ class MemoryStore:
         return sorted((v, at) for (m, v), (_, at) in self.versions_.items() if m == model_id)
 
     def device_by_token(self, token_hash: str) -> Device | None:
-        return self.devices.get(token_hash)
+        record = self.devices_.get(self.token_hashes.get(token_hash, ""))
+        if record is None or record.revoked_at is not None:
+            return None
+        return Device(record.device_id, record.device_model)
+
+    def device(self, device_id: str) -> DeviceRecord | None:
+        return self.devices_.get(device_id)
 
     def count_devices(self) -> int:
-        return len(self.devices)
+        return len(self.devices_)
+
+    def enrollment_keys(self) -> list[EnrollmentKey]:
+        return sorted((key for key, _ in self.keys.values()), key=lambda k: k.created_at)
+
+    def enrollment_key_by_hash(self, key_hash: str) -> EnrollmentKey | None:
+        return next((key for key, digest in self.keys.values() if digest == key_hash), None)
+
+    def last_promotion(self) -> PromotionRecord | None:
+        return self.promotions[-1] if self.promotions else None
 
     def lease(self, task_id: str) -> Lease | None:
         t = self.tasks.get(task_id)
         if t is None:
             return None
-        return Lease(**{k: t[k] for k in Lease.__dataclass_fields__})
+        return Lease(**{k: t[k] for k in Lease.__dataclass_fields__ if k in t})
 
     def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]:
         done = [t for t in self.tasks.values() if t["model_id"] == model_id and t["status"] == "applied"]
@@ -193,6 +266,9 @@ class MemoryStore:
     def profiler_states(self) -> dict[str, dict[str, Any]]:
         return copy.deepcopy(self.profiles)
 
+    def privacy_charges(self) -> list[PrivacyCharged]:
+        return list(self.charges)
+
     def counters(self, prefix: str) -> dict[str, int]:
         return {k.removeprefix(prefix): v for k, v in self.counters_.items() if k.startswith(prefix)}
 
@@ -211,3 +287,31 @@ class MemoryStore:
             n, last = counts.get(m.device_model, (0, 0.0))
             counts[m.device_model] = (n + 1, max(last, m.at))
         return counts
+
+    def devices(
+        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+    ) -> list[DeviceRecord]:
+        rows = [d for d in self.devices_.values() if device_model in (None, d.device_model)]
+        rows.sort(key=lambda d: (-d.last_seen, d.device_id))
+        return rows[offset : offset + limit]
+
+    def device_model_counts(
+        self, now: float, active_within_s: float = 300.0
+    ) -> dict[str, tuple[int, int, float]]:
+        counts: dict[str, tuple[int, int, float]] = {}
+        for d in self.devices_.values():
+            n, active, seen = counts.get(d.device_model, (0, 0, float("-inf")))
+            recent = d.revoked_at is None and d.last_seen >= now - active_within_s
+            counts[d.device_model] = (n + 1, active + recent, max(seen, d.last_seen))
+        return counts
+
+    def task_counts(self, model_id: str) -> dict[str, int]:
+        return dict(Counter(t["status"] for t in self.tasks.values() if t["model_id"] == model_id))
+
+    def answers_per_minute(self, model_id: str, since: float) -> list[tuple[float, int]]:
+        minutes = Counter(
+            math.floor(t["answered_at"] / 60) * 60.0
+            for t in self.tasks.values()
+            if t["model_id"] == model_id and t.get("answered_at") is not None and t["answered_at"] >= since
+        )
+        return sorted(minutes.items())

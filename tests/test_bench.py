@@ -66,8 +66,8 @@ def test_fuzz_report_quick_writes_its_results(tmp_path):
     assert REPORTS["fuzz"] == "bench.fuzz"
     result = run_report("fuzz", quick=True, out_dir=tmp_path)
     run = result["runs"]["sqlite"]
-    assert run["operations"] == 22 and run["requests"] >= 22 and run["server_errors"] == 0
+    assert run["operations"] == 26 and run["requests"] >= 26 and run["server_errors"] == 0
     assert run["failures"] == [] and sum(run["status_counts"].values()) == run["requests"]
     saved = json.loads((tmp_path / "fuzz-quick.json").read_text())
     assert saved["schemathesis"] == result["schemathesis"] and saved["command"] == "fleet bench fuzz --quick"
-    assert "| sqlite | 22 |" in (tmp_path / "fuzz-quick.md").read_text()
+    assert "| sqlite | 26 |" in (tmp_path / "fuzz-quick.md").read_text()

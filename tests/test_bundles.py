@@ -19,7 +19,7 @@ import pytest
 
 from fleet_protocol import Bundle, ParamSpec, read_zip
 from models.check import BundleError, check_bundle, load_checked_zip
-from models.manifest import BUNDLE_FILES, builtin
+from models.manifest import BUNDLE_FILES, DP_GRAPH_FILE, builtin
 from tests.conftest import ADMIN, ENROLL
 
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
@@ -74,7 +74,7 @@ BROKEN: dict[str, tuple[object, str]] = {
 def test_zip_members_outside_the_four_names_are_refused(name):
     files = builtin("mlp").files()
     good = list(files.items())
-    assert read_zip(_zip(good)).keys() == set(BUNDLE_FILES)
+    assert read_zip(_zip(good)).keys() == {*BUNDLE_FILES, DP_GRAPH_FILE}
     for extra, reason in [
         ("../../x", "unexpected zip member"),
         ("/etc/cron.d/x", "unexpected zip member"),
@@ -269,7 +269,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 MEMBER_NAMES = st.one_of(
-    st.sampled_from(BUNDLE_FILES),
+    st.sampled_from([*BUNDLE_FILES, DP_GRAPH_FILE]),
     st.sampled_from(["../../x", "/etc/x", "a/init.bin", "./init.bin", "init.bin/", "manifest.json\x00", ""]),
     st.text(max_size=20),
 )
@@ -288,7 +288,7 @@ def test_read_zip_of_any_bytes_is_files_or_a_value_error(data):
         files = read_zip(data)
     except ValueError:
         return
-    assert set(files) <= set(BUNDLE_FILES)
+    assert set(files) <= {*BUNDLE_FILES, DP_GRAPH_FILE}
 
 
 @PROPERTY
@@ -300,7 +300,7 @@ def test_zip_members_are_accepted_only_if_known_and_unique(members):
         return  # zipfile itself cannot write some names (e.g. an empty one)
     with zipfile.ZipFile(io.BytesIO(data)) as archive:  # zipfile cuts a name at a NUL byte when reading
         names = [info.filename for info in archive.infolist()]
-    allowed = all(n in BUNDLE_FILES for n in names) and len(set(names)) == len(names)
+    allowed = all(n in (*BUNDLE_FILES, DP_GRAPH_FILE) for n in names) and len(set(names)) == len(names)
     if allowed:
         assert read_zip(data) == dict(zip(names, (d for _, d in members), strict=True))
     else:
@@ -312,6 +312,7 @@ def test_zip_members_are_accepted_only_if_known_and_unique(members):
 @given(
     field=st.sampled_from(
         ["name", "params", "input_shape", "num_classes", "grad_names", "x_name", "params.0"]
+        + ["dp_grad_names", "clip_name"]
     ),
     value=JSON,
 )
@@ -325,4 +326,14 @@ def test_any_manifest_is_accepted_or_a_bundle_error(field, value):
         manifest[field] = value
     data = _zip([*{**files, "manifest.json": json.dumps(manifest).encode()}.items()])
     with contextlib.suppress(BundleError):
+        load_checked_zip(data)
+
+
+@pytest.mark.parametrize("num_classes", [2**70, 10**7])
+def test_a_class_count_past_int64_or_the_limit_is_a_bundle_error(num_classes):
+    """Found by the hypothesis property above: the DP graph's check drew labels below num_classes."""
+    files = builtin("mlp").files()
+    manifest = {**json.loads(files["manifest.json"]), "num_classes": num_classes}
+    data = _zip([*{**files, "manifest.json": json.dumps(manifest).encode()}.items()])
+    with pytest.raises(BundleError, match="num_classes"):
         load_checked_zip(data)

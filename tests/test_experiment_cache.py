@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,12 @@ def test_fresh_ignores_what_earlier_invocations_cached(tmp_path, monkeypatch):
     cache.store(tmp_path, job, {"updates_to_80": 2})  # written by this invocation: reused
     assert cache.load(tmp_path, job)["updates_to_80"] == 2
     monkeypatch.delenv(cache.FRESH_ENV)
+
+
+def test_a_job_without_dp_keeps_its_spec_and_label():
+    # the dp field came later: jobs without it must hash as before, or every cached run would be lost
+    job = Job("adasgd", 0.2, 1, "D2", "iid")
+    assert "dp" not in job.spec()["job"] and job.key() == "adasgd_lr0.2_s1_D2_iid_c3000"
+    private = replace(job, dp=(1.0, 2.5))
+    assert private.spec()["job"]["dp"] == (1.0, 2.5) and private.key().endswith("_dp2.5")
+    assert cache.path_for(Path("x"), private) != cache.path_for(Path("x"), job)

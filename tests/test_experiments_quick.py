@@ -133,3 +133,56 @@ def test_adasgd_why_quick_records_every_gradient(tmp_path):
     np_tau = dynsgd["tau"]
     assert all(abs(w - 1 / (t + 1)) < 1e-9 for w, t in zip(dynsgd["weight"], np_tau, strict=True))
     assert data["summary"]["arms"][0]["weight_vs_dynsgd"] > 1.2
+
+
+@pytest.mark.timeout(120)
+def test_dp_staleness_quick_reports_both_accountings(tmp_path):
+    run_experiment("dp-staleness", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "dp-staleness-quick")
+    s = data["summary"]
+    assert s["epsilons"] == ["1", "inf"] and s["sigma"]["inf"] is None and s["sigma"]["1"] > 0
+    for key in ("1/a", "1/b", "inf/a", "inf/b"):
+        rows = s["tables"][key]
+        assert set(rows) == {"adasgd", "dynsgd"} and "saving_over_dynsgd_pct" in rows["adasgd"]
+        for row in rows.values():  # a miss counts as the cap, marked, never dropped
+            assert row["updates_to_80"]["censored"] == row["per_seed"].count(None)
+            assert len(row["updates_to_80"]["per_seed"]) == len(s["seeds"])
+    # σ was calibrated to ε in the pooled view; the per-device ledger charges far more for the same σ
+    acct = s["accounting"]["1"]
+    assert acct["pooled"]["epsilon_rdp"] == pytest.approx(1.0, abs=0.01)
+    assert (
+        acct["ledger"]["sampling_rate"] == 1.0
+        and acct["ledger"]["epsilon_rdp"] > 2 * acct["pooled"]["epsilon_rdp"]
+    )
+    # DP runs reach less than the same runs without DP, at the same rate and seed
+    assert s["tables"]["1/b"]["dynsgd"]["final"][0] < s["tables"]["inf/b"]["dynsgd"]["final"][0]
+    text = (tmp_path / "dp-staleness-quick.md").read_text()
+    assert "Fleet's own ledger" in text and "The thesis's claim" in text
+
+
+@pytest.mark.timeout(120)
+def test_mapa_quick_reports_both_samplers_and_the_seed_claims(tmp_path):
+    run_experiment("mapa", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "mapa-quick")
+    assert set(data["summary"]) == {"exact", "paper"}
+    assert {r["sampler"] for r in data["fig5"]} == {"exact", "paper"}
+    runs = {(r["method"], r["bound"]) for r in data["fig5"]}
+    assert runs >= {("audp", 15.0), ("audp", 0.2), ("mapa", 200.0)}
+    assert all(r["epsilon_per_device"] == pytest.approx(0.2) for r in data["fig5"])  # 200 steps / 100 edges
+    assert {r["method"] for r in data["fig7"]} == {"asgd", "audp", "mapa"}
+    text = (tmp_path / "mapa-quick.md").read_text()
+    assert "does NOT give the stated ε" in text and "Seed claims beside ours" in text
+
+
+@pytest.mark.timeout(120)
+def test_vandijk_quick_runs_the_three_parts_with_the_ledgers_epsilon(tmp_path):
+    run_experiment("vandijk", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "vandijk-quick")
+    assert [r["rounds"] for r in data["table3"]] == [20, 5]  # 1,000 gradients / 5 devices / size
+    assert all(r["per_client"] >= 200 for r in data["fig1a"])
+    inc = next(r for r in data["fig1b"] if r["schedule"] == "linear")
+    constant = [r for r in data["fig1b"] if r["schedule"] == "constant"]
+    assert inc["sizes"][:3] == [16, 18, 19] and {r["sizes"][0] for r in constant} == {16}
+    assert inc["rounds"] < constant[0]["rounds"] and constant[0]["epsilon"] > 0
+    assert inc["aggregated_noise_in_C"] == pytest.approx(8.0 * inc["rounds"] ** 0.5)
+    assert "Seed claim" in (tmp_path / "vandijk-quick.md").read_text()

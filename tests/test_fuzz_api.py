@@ -27,11 +27,12 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(tmp_path, da
     assert result["failures"] == [], json.dumps(result["failures"], indent=1)
     assert result["server_errors"] == 0 and result["server_tracebacks"] == 0
     assert result["errors"] == [] and result["stop_reason"] == "completed"
-    assert result["operations"] == len(result["cases_per_operation"]) == 22  # every operation was called
+    assert result["operations"] == len(result["cases_per_operation"]) == 26  # every operation was called
     statuses = result["statuses_per_operation"]
     # the credentials worked: a device got tasks, the admin got answers (not only 401s)
     assert statuses["POST /v1/tasks"].get(201, 0) > 0
     assert statuses["GET /v1/admin/stats"].get(200, 0) > 0
+    assert statuses["GET /v1/admin/privacy/calibrate"].get(200, 0) > 0  # σ calibrated for fuzzed targets
     assert statuses["POST /v1/tasks/{task_id}/result"].get(422, 0) > 0  # the push route's forms were sent
     assert set(CHECKS) >= {"not_a_server_error", "status_code_conformance", "response_schema_conformance"}
 

@@ -34,7 +34,7 @@ def declared(*extras: str) -> list[Requirement]:
     return [Requirement(line) for line in lines]
 
 
-@pytest.mark.parametrize("extras", [("server", "client"), ("server", "client", "export", "dev")])
+@pytest.mark.parametrize("extras", [("server", "client"), ("server", "client", "export", "dev", "app")])
 def test_every_declared_dependency_is_pinned_within_its_range(extras: tuple[str, ...]) -> None:
     pinned = pins()
     for requirement in declared(*extras):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.manifest import BUNDLE_FILES, Bundle, builtin
+from models.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, builtin
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -110,7 +110,8 @@ def test_bundle_matches_torch_module(name: str) -> None:
     flat = np.concatenate([t.detach().numpy().ravel() for t in named.values()])
     # the artifact was made on another CPU: equal to a few ulps, not to the bit
     np.testing.assert_array_max_ulp(bundle.init_params, flat, maxulp=4)
-    assert sorted(f.name for f in (REPO / "models" / "artifacts" / name).iterdir()) == sorted(BUNDLE_FILES)
+    files = sorted(f.name for f in (REPO / "models" / "artifacts" / name).iterdir())
+    assert files == sorted([*BUNDLE_FILES, DP_GRAPH_FILE])
 
 
 def test_mnist_cnn_has_thesis_parameter_count() -> None:
@@ -132,13 +133,19 @@ def test_committed_artifacts_equal_fresh_export(name: str, fresh_bundles: Path) 
     """Stale artifacts (model changed, export not rerun) fail here."""
     fresh = Bundle.load(fresh_bundles / name)
     committed = builtin(name)
-    assert sorted(p.name for p in (fresh_bundles / name).iterdir()) == sorted(BUNDLE_FILES)
+    assert sorted(p.name for p in (fresh_bundles / name).iterdir()) == sorted([*BUNDLE_FILES, DP_GRAPH_FILE])
     assert fresh.manifest == committed.manifest
     np.testing.assert_array_max_ulp(fresh.init_params, committed.init_params, maxulp=4)
     x, y = _batch(committed, 7, seed=3)
     for a, b in zip(_train_outputs(fresh, x, y), _train_outputs(committed, x, y), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
     assert _max_error(fresh, x, y) <= TOLERANCE
+    m, clip = committed.manifest, {committed.manifest.clip_name: np.array(0.1, np.float32)}
+    feed = {**m.split(committed.init_params), m.x_name: x, m.y_name: y, **clip}
+    for a, b in zip(
+        _session(fresh.dp_onnx).run(None, feed), _session(committed.dp_onnx).run(None, feed), strict=True
+    ):
+        np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
 
 
 def test_running_builtin_bundle_does_not_import_torch() -> None:

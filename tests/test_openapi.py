@@ -39,6 +39,10 @@ STATUSES: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/admin/records"): {200, 422} | ADMIN_AUTH,
     ("get", "/v1/admin/profiler"): {200} | ADMIN_AUTH,
     ("get", "/v1/admin/profiler/{device_model}"): {200, 404, 422} | ADMIN_AUTH,
+    ("get", "/v1/privacy/me"): {200, 404, 422} | DEVICE,
+    ("get", "/v1/admin/privacy"): {200, 404} | ADMIN_AUTH,
+    ("get", "/v1/admin/privacy/devices/{device_id}"): {200, 404, 422} | ADMIN_AUTH,
+    ("get", "/v1/admin/privacy/calibrate"): {200, 422} | ADMIN_AUTH,
     ("get", "/v1/health"): {200},
     ("get", "/v1/ready"): {200, 503},
 }
@@ -148,7 +152,7 @@ def test_security_schemes_say_which_token_each_route_wants(document):
             [{"AdminToken": []}]
             if path.startswith("/v1/admin")
             else [{"DeviceToken": []}]
-            if path.startswith("/v1/tasks")
+            if path.startswith(("/v1/tasks", "/v1/privacy"))
             else None
         )
         assert op.get("security") == expected, path

@@ -80,3 +80,45 @@ def test_controlled_run_is_deterministic_per_seed(bench):
     first, again, other = once(3), once(3), once(4)
     assert first == again
     assert first[1] != other[1]
+
+
+def test_dp_run_pushes_the_expected_batch_and_the_part_label_mix(bench, monkeypatch):
+    from sim import controlled
+    from sim.controlled import DPSetting
+
+    parts = partition_sorted_shards(bench.train.y, 100, np.random.default_rng(1))
+    pushed = []
+    submit = controlled.Coordinator.submit
+
+    def spy(self, device, task_id, body):
+        pushed.append(body)
+        return submit(self, device, task_id, body)
+
+    monkeypatch.setattr(controlled.Coordinator, "submit", spy)
+
+    def once(seed: int):
+        config = RunConfig(
+            lambda: make_strategy("dynsgd", learning_rate=0.1),
+            parts,
+            seed,
+            D2,
+            cap=20,
+            dp=DPSetting(1.0, 1.0),
+        )
+        return run_controlled(bench, config)
+
+    first = once(3)
+    # B = min(100 granted, 40 local) and the part's own label mix, never the Poisson sample's
+    assert {b.batch_size for b in pushed} == {40} and all(b.label_counts.sum() == 40 for b in pushed)
+    assert sum(first.device_tasks.values()) == first.gradients == len(pushed)
+    pushed.clear()
+    assert once(3).accuracy == first.accuracy  # seeded sampling and noise: a simulation is reproducible
+    assert "dp_gradients" in vars(bench)  # built on first use only
+
+
+def test_plain_run_does_not_build_the_dp_session():
+    train, test = load_mnist(seed=0)
+    fresh = Workbench(builtin("mnist_cnn"), train, test)
+    parts = partition_sorted_shards(fresh.train.y, 100, np.random.default_rng(1))
+    run_controlled(fresh, RunConfig(lambda: make_strategy("dynsgd", learning_rate=0.1), parts, 1, D2, cap=5))
+    assert "dp_gradients" not in vars(fresh)

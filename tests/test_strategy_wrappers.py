@@ -119,3 +119,50 @@ def test_the_default_configuration_is_dynsgd_clip_at_its_own_rate():
     strategy.receive(arrival([10.0, 0.0]))
     step = -strategy.aggregate(np.zeros(2, np.float32))
     assert step[0] == pytest.approx(strategy.learning_rate * (6 + 1) / 200 * 1.0)  # warm-up after 6 gradients
+
+
+def lossy(loss: float, task: str = "t") -> Arrival:
+    return Arrival(task, "d", 0, 0, np.ones(2, np.float32), np.array([1, 1]), 2, loss, 0.0)
+
+
+def test_loss_guard_leaves_a_steady_or_falling_loss_alone():
+    from server.strategies.guard import LossGuard
+
+    guard = LossGuard(FedBuff(learning_rate=1.0, k=1), warmup=10, span=5)
+    for i in range(300):
+        guard.receive(lossy(2.0 - i / 200 + 0.05 * (-1) ** i))
+        step = -guard.aggregate(np.zeros(2, np.float32))
+    assert guard.scale == 1.0 and guard.halvings == 0
+    np.testing.assert_allclose(step, [1.0, 1.0])
+
+
+def test_loss_guard_halves_the_rate_when_the_loss_climbs_once_per_cooldown_down_to_its_floor():
+    from server.strategies.guard import LossGuard
+
+    guard = LossGuard(FedBuff(learning_rate=1.0, k=1), warmup=10, span=5, cooldown=20, floor=0.25)
+    for _ in range(50):
+        guard.receive(lossy(1.0))
+        guard.aggregate(np.zeros(2, np.float32))
+    guard.receive(lossy(10.0))  # the average jumps past 1.5x its low: halved at once
+    assert guard.scale == 0.5 and guard.halvings == 1
+    np.testing.assert_allclose(-guard.aggregate(np.zeros(2, np.float32)), [0.5, 0.5])
+    for _ in range(19):  # still climbing, but within the cooldown
+        guard.receive(lossy(100.0))
+    assert guard.scale == 0.5
+    for _ in range(200):  # climbing on: halved again after the cooldown, never below the floor
+        guard.receive(lossy(1e4))
+    assert guard.scale == 0.25 and guard.halvings == 2
+    assert guard.inner.learning_rate == 1.0  # the rate itself is untouched between steps
+
+
+def test_loss_guard_state_survives_a_restart_and_ignores_non_finite_losses():
+    from server.strategies.guard import LossGuard
+
+    guard = LossGuard(FedBuff(learning_rate=1.0, k=1), warmup=1, span=3)
+    for loss in (1.0, 1.0, float("nan"), 5.0):
+        guard.receive(lossy(loss))
+    restored = LossGuard(FedBuff(learning_rate=1.0, k=1), warmup=1, span=3)
+    restored.load_state_dict(decode_state(encode_state(guard.state_dict())))
+    assert (restored.scale, restored.halvings, restored.seen) == (guard.scale, guard.halvings, 4)
+    assert restored.loss_average == pytest.approx(guard.loss_average)
+    assert guard.describe()["rate_scale"] == guard.scale

@@ -15,14 +15,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 
+from server import console
 from server.api import openapi
 from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
-from server.api.routes import admin, devices, health, models, tasks
+from server.api.routes import admin, devices, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
-from server.compose import build_coordinator
+from server.compose import build_coordinator, build_store
+from server.console import open_console
 from server.core.errors import (
     Conflict,
     CoordinatorError,
@@ -35,7 +37,8 @@ from server.core.errors import (
 )
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
-from server.settings import Settings, get_settings
+from server.settings import Settings, get_settings, with_overrides
+from server.store.admin import AdminStore
 
 log = logging.getLogger("fleet.server")
 STATUS = {NotFound: 404, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput: 422}
@@ -59,13 +62,32 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
     return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
+def _with_saved_changes(settings: Settings, admin_store: AdminStore) -> Settings:
+    """The settings with what the console changed and saved (settings_overrides) applied; if those cannot
+    be read or no longer validate, the configured settings, and a warning (training must start anyway)."""
+    try:
+        overrides = admin_store.overrides()
+        return with_overrides(settings, overrides) if overrides else settings
+    except Exception:
+        log.exception("the console's saved settings could not be applied; starting with the configured ones")
+        return settings
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        coordinator = build_coordinator(settings)
-        app.state.coordinator = coordinator
+        store = build_store(settings)
+        admin_store = AdminStore(store.sessions)
+        effective = _with_saved_changes(settings, admin_store)
+        coordinator = build_coordinator(effective, store=store)
+        app.state.coordinator, app.state.settings, app.state.admin_store = coordinator, effective, admin_store
+        limits = app.state.rate_limiter, app.state.enroll_limiter
+        limits[0].rate, limits[0].burst = effective.rate_limit_per_second, effective.rate_limit_burst
+        limits[1].rate, limits[1].burst = effective.enroll_rate_per_second, effective.enroll_burst
+        if settings.console:
+            app.state.console = open_console(effective, admin_store)
         app.state.enrollment_key, app.state.admin_token = settings.secrets()
         loop = None
         if settings.eval_data is not None:
@@ -104,6 +126,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
     app.state.enroll_limiter = RateLimiter(rate=settings.enroll_rate_per_second, burst=settings.enroll_burst)
+    if settings.console:
+        console.install(app)
     app.state.max_body_bytes = settings.max_body_bytes
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
 
@@ -128,9 +152,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     # every route that reads or writes the database may answer 503 storage_unavailable
-    for router in (devices.router, tasks.router, models.router):
+    for router in (devices.router, tasks.router, models.router, privacy.device_router):
         app.include_router(router, prefix="/v1", responses=STORAGE_DOWN)
-    for router in (admin.router, profiler_routes.router):
+    for router in (admin.router, profiler_routes.router, privacy.admin_router):
         app.include_router(
             router, prefix="/v1", dependencies=[admin.AdminOnly], responses={**ADMIN_AUTH, **STORAGE_DOWN}
         )

@@ -34,5 +34,11 @@ class Metrics:
             buckets=(1, 10, 25, 50, 100, 200, 400, 800, 1600),
             registry=r,
         )
+        self.epsilon_max = Gauge(
+            "fleet_privacy_epsilon_max", "Largest ε (RDP) any device has spent (DP on)", registry=r
+        )
+        self.budget_exhausted = Gauge(
+            "fleet_privacy_devices_exhausted", "Devices whose privacy budget is spent (DP on)", registry=r
+        )
         self.push_seconds = Histogram("fleet_push_seconds", "Push handling time", registry=r)
         self.task_seconds = Histogram("fleet_task_request_seconds", "Task request handling time", registry=r)

@@ -78,6 +78,9 @@ class TaskIn(Input):
     device_model: str | None = Field(None, max_length=120, pattern=NO_NUL)
     features: Features = Features()
     label_counts: list[Count] = Field(max_length=10_000, description="local examples per class")
+    local_examples: int | None = Field(
+        None, ge=1, le=10**9, description="the device's local dataset size N (required when DP is on)"
+    )
 
 
 class ResultMeta(Input):
@@ -115,6 +118,7 @@ class ModelOut(BaseModel):
     active: bool
     status: str
     created_at: float
+    has_dp_graph: bool = False  # GET .../graphs/dp.onnx serves its DP-SGD graph
 
 
 class ParamOut(BaseModel):
@@ -139,6 +143,10 @@ class ManifestOut(BaseModel):
     loss_name: str
     logits_name: str
     grad_names: list[str] = Field(description="the training graph's gradient outputs, in params order")
+    dp_grad_names: list[str] = Field(
+        default_factory=list, description="the DP graph's clipped-sum outputs (empty: no DP graph)"
+    )
+    clip_name: str = Field("clip", description="the DP graph's scalar input, the clip bound C")
     num_params: int
 
 

@@ -28,6 +28,7 @@ class ModelInfo:
     active: bool
     status: str
     created_at: float
+    has_dp_graph: bool = False  # a dp_train.onnx: DP-SGD tasks are possible
 
 
 def info_of(record: ModelRecord) -> ModelInfo:
@@ -42,6 +43,7 @@ def info_of(record: ModelRecord) -> ModelInfo:
         active=record.active,
         status=record.status,
         created_at=record.created_at,
+        has_dp_graph=manifest.has_dp_graph,
     )
 
 
@@ -73,6 +75,7 @@ class Catalog:
             init_params=bundle.init_params.astype("<f4").tobytes(),
             actor=actor,
             at=self.clock(),
+            dp_onnx=bundle.dp_onnx,
         )
         self.store.commit([event])
         return info_of(self.record(model_id))
@@ -104,13 +107,25 @@ class Catalog:
         return self._manifests[model_id]
 
     def graph(self, model_id: str, which: str) -> bytes:
-        """``train`` or ``infer``: the model's ONNX graph."""
-        if which not in ("train", "infer"):
-            raise NotFound("graphs are train.onnx and infer.onnx")
+        """``train``, ``infer`` or ``dp`` (the DP-SGD graph, dp_train.onnx): the model's ONNX graph."""
+        if which not in ("train", "infer", "dp"):
+            raise NotFound("graphs are train.onnx, infer.onnx and dp.onnx")
         data = self.store.graph(model_id, which)
+        if data is None and which == "dp" and self.store.model(model_id) is not None:
+            raise NotFound(f"model {model_id!r} has no DP-SGD graph (dp_train.onnx): no DP tasks on it")
         if data is None:
             raise NotFound(f"no model {model_id!r}")
         return data
+
+    def dp_graph(self, model_id: str) -> bytes | None:
+        """The model's DP-SGD graph (per-example clipped sum), None if it has none; NotFound if no model."""
+        if not self.manifest(model_id).has_dp_graph:
+            return None
+        return self.store.graph(model_id, "dp")
+
+    def has_dp_graph(self, model_id: str) -> bool:
+        """Whether DP tasks can run on the model (from its manifest: no graph bytes are read)."""
+        return self.manifest(model_id).has_dp_graph
 
     def remember(self, model_id: str, version: int, params: bytes) -> None:
         with self._params_lock:

@@ -17,12 +17,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
 from fleet_protocol import Bundle
+from server.core.accounting import LOCAL_SGD
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
@@ -32,25 +32,24 @@ from server.core.errors import (
     Gone,
     InvalidInput,
     NotFound,
-    StorageUnavailable,
     TrainingFinished,
 )
 from server.core.events import (
     CounterBumped,
-    EvaluationRecorded,
     LeasesExpired,
     NewVersion,
     PushApplied,
     StateCheckpoint,
-    StatusChanged,
-    StopCriterionSet,
 )
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
 from server.core.ports import Profiler, Store
+from server.core.privacy import PRIVACY_RETRY_AFTER, PrivacyLedger, PrivacyPolicy, Refusal, poisson_ceiling
 from server.core.profiles import ProfilerView
+from server.core.promotion import SUPERSEDED, floor_of, superseded
 from server.core.run import TrainingRun, granted
+from server.core.steering import Steering
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_features, validate_result
 from server.strategies import Arrival, Strategy
@@ -58,7 +57,7 @@ from server.strategies import Arrival, Strategy
 log = logging.getLogger("fleet.server")
 
 
-class Coordinator:
+class Coordinator(Steering):
     def __init__(
         self,
         *,
@@ -73,6 +72,7 @@ class Coordinator:
         retry_after: float = 2.0,
         version_policy: Callable[[TaskRequest, int], int] | None = None,
         durable: bool = True,
+        privacy: PrivacyPolicy | None = None,
     ) -> None:
         self.store = store
         self.profiler = profiler
@@ -86,12 +86,15 @@ class Coordinator:
         # which version a task is computed on (default: the newest); the experiments' staleness
         # controller (sim/staleness.py) hands out older retained versions to impose τ
         self.version_policy = version_policy
+        self.privacy_policy = privacy
+        self.privacy: PrivacyLedger | None = None  # loaded from storage in start() when DP is on
         self.devices = DeviceRegistry(store=store, clock=clock)
         self.catalog = Catalog(store=store, clock=clock)
         self.profiles = ProfilerView(profiler, store)
         self.run: TrainingRun | None = None
         self.recent = RecentFigures()
         self._lock = threading.RLock()
+        self._promoting = threading.RLock()  # one promotion or rollback at a time (taken before _lock)
         self._last_expiry = 0.0
         self.leases = LeaseBook()
         self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
@@ -112,6 +115,8 @@ class Coordinator:
         for key, state in self.store.profiler_states().items():
             self._load_profile(key, state)
         self.recent.rejections = self.store.counters("rejected:")
+        if self.privacy_policy is not None:
+            self.privacy = PrivacyLedger(self.privacy_policy, self.store.privacy_charges())
         record = self.catalog.active()
         if record is not None:
             self._activate(record.model_id)
@@ -143,6 +148,7 @@ class Coordinator:
             strategy=strategy,
             stop_accuracy=row.stop_accuracy,
             stop_versions=row.stop_versions,
+            floor=floor_of(self.store, model_id),
         )
         log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
 
@@ -185,42 +191,71 @@ class Coordinator:
             now = self.clock()
             version = run.version
             if self.version_policy is not None:
-                oldest = max(0, run.version - self.version_retention + 1)
+                oldest = max(run.floor, run.version - self.version_retention + 1)
                 version = min(run.version, max(oldest, self.version_policy(request, run.version)))
             wait = run.strategy.admit(device_id=request.device.device_id, version=version, now=now)
             if wait is not None:
                 return self._reject(wait, f"the strategy asks to wait ({wait})", self.retry_after)
+            dp = self._dp_terms(request, run, decision.batch_size, terms.extra.get("dp"))
+            if isinstance(dp, Refusal):
+                return self._reject(dp.reason, dp.detail, PRIVACY_RETRY_AFTER)
+            step = dp if dp is not None else terms.extra.get("dp")  # a strategy's terms fix B without DP too
+            batch_size = decision.batch_size if step is None else int(step["expected_batch"])
             lease = Lease(
                 task_id=secrets.token_hex(12),
                 model_id=run.model_id,
                 device_id=request.device.device_id,
                 device_model=request.device.device_model,
                 version=version,
-                batch_size=decision.batch_size,
+                batch_size=batch_size,
                 features=dict(request.features),
                 predicted_time_ms=decision.predicted_time_ms,
                 predicted_energy=decision.predicted_energy,
                 deadline=now + self.lease_seconds,
             )
+            charge = None
+            if dp is not None and self.privacy is not None:
+                self.privacy.bound(lease, run.manifest.num_params, dp)
+                charge = self.privacy.charge(lease, dp, local_examples=request.local_examples, at=now)
             self.leases.add(lease)
-            self.journal.grant(granted(lease, similarity=terms.similarity, at=now))
+            self.journal.grant(granted(lease, similarity=terms.similarity, at=now, privacy=charge))
             if now - self._last_expiry > 30:
                 self.leases.expire(now)
                 self.journal.record(LeasesExpired(before=now))
                 self._last_expiry = now
-            self.recent.batch_sizes.append(decision.batch_size)
+            self.recent.batch_sizes.append(batch_size)
             return TaskGrant(
                 task_id=lease.task_id,
                 model_id=run.model_id,
                 version=version,
-                batch_size=decision.batch_size,
+                batch_size=batch_size,
                 lease_seconds=self.lease_seconds,
                 lease_deadline=lease.deadline,
                 slo_time_ms=float(self.profiler.time_slo_ms),
                 predicted_time_ms=decision.predicted_time_ms,
                 similarity=terms.similarity,
-                dp=terms.extra.get("dp"),
+                dp=dp if dp is not None else terms.extra.get("dp"),
+                slo_energy=self.profiler.energy_slo,
+                predicted_energy=decision.predicted_energy,
             )
+
+    def _dp_terms(
+        self, request: TaskRequest, run: TrainingRun, batch_size: int, step: dict[str, Any] | None = None
+    ) -> dict[str, Any] | Refusal | None:
+        """With DP on: the task's DP terms, or why the device may not have one (None: DP is off). A
+        strategy's own terms (``step``: AUDP/MAPA's pure-ε steps) replace the Gaussian policy's."""
+        if self.privacy is None:
+            return None
+        if not run.manifest.has_dp_graph:
+            return Refusal(
+                "dp_unsupported", f"DP is on but model {run.model_id} has no per-example-clipped graph"
+            )
+        examples = self.privacy.check_examples(request.device.device_id, request.local_examples)
+        if step is not None and step.get("mechanism") == LOCAL_SGD:
+            return self.privacy.round_terms(request.device.device_id, examples, step)
+        if step is not None:
+            return self.privacy.pure_terms(request.device.device_id, examples, step)
+        return self.privacy.terms(request.device.device_id, examples, batch_size)
 
     def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
         self.recent.rejections[reason] = self.recent.rejections.get(reason, 0) + 1
@@ -267,6 +302,8 @@ class Coordinator:
         record = self.store.lease(task_id)
         if record is not None:
             with self._lock:
+                if self.privacy is not None and self.run is not None and self.privacy.charged(task_id):
+                    self.privacy.bound(record, self.run.manifest.num_params)
                 self.leases.adopt(record)
 
     def _apply(self, lease: Lease, result: TaskResult) -> tuple[PushOutcome, Ticket]:
@@ -274,13 +311,17 @@ class Coordinator:
         run = self.run
         if lease.status == "expired" or now > lease.deadline:
             raise Gone("the task's lease expired")
+        if run is not None and superseded(run, lease):
+            raise Gone(SUPERSEDED)
         if run is None or run.model_id != lease.model_id or run.status == "finished":
             raise TrainingFinished("the task's model is no longer training")
         validate_result(
             run.manifest,
             result,
-            max_gradient_norm=self.max_gradient_norm,
-            granted_batch_size=lease.batch_size,
+            max_gradient_norm=lease.norm_limit(self.max_gradient_norm),
+            granted_batch_size=lease.batch_size
+            if lease.dp_bound is None
+            else poisson_ceiling(lease.batch_size),
         )
         arrival = Arrival(
             task_id=lease.task_id,
@@ -317,6 +358,7 @@ class Coordinator:
         ticket = self.journal.record(
             PushApplied(
                 task_id=lease.task_id,
+                device_id=lease.device_id,
                 device_model=lease.device_model,
                 digest=result.digest,
                 outcome=outcome.to_dict(),
@@ -379,85 +421,11 @@ class Coordinator:
         log.warning("storage is back: the coordinator reloaded its durable state")
         return dropped
 
-    def _require_storage(self) -> None:
-        if self.degraded is not None:
-            raise StorageUnavailable(f"storage is unavailable: {self.degraded}")
-
     def close(self) -> None:
         """Write what is queued and stop the journal's writer."""
         self.journal.close()
-
-    # -- lifecycle -----------------------------------------------------------------------------
-    def _set_status(self, status: str, *, actor: str = "admin") -> Ticket:
-        run = self._require_run()
-        run.status = status
-        log.info("model %s is now %s at version %d", run.model_id, status, run.version)
-        return self.journal.record(StatusChanged(run.model_id, status, run.version, actor, self.clock()))
-
-    def _require_run(self) -> TrainingRun:
-        if self.run is None:
-            raise NotFound("no model is training")
-        return self.run
-
-    def pause(self) -> None:
-        with self._lock:
-            ticket = self._set_status("paused") if self._require_run().status == "training" else None
-        if ticket is not None:
-            ticket.wait()
-
-    def resume(self) -> None:
-        with self._lock:
-            ticket = self._set_status("training") if self._require_run().status == "paused" else None
-        if ticket is not None:
-            ticket.wait()
-
-    def set_stop(self, *, target_accuracy: float | None, max_versions: int | None) -> None:
-        """Finish training once an evaluation reaches ``target_accuracy`` or ``max_versions`` is reached."""
-        with self._lock:
-            run = self._require_run()
-            run.stop_accuracy, run.stop_versions = target_accuracy, max_versions
-            event = StopCriterionSet(run.model_id, target_accuracy, max_versions, "admin", self.clock())
-            tickets = [self.journal.record(event)]
-            if max_versions is not None and run.version >= max_versions and run.status != "finished":
-                tickets.append(self._set_status("finished", actor="criterion"))
-        for ticket in tickets:
-            ticket.wait()
 
     def snapshot(self) -> Snapshot | None:
         with self._lock:
             run = self.run
             return None if run is None else Snapshot(run.model_id, run.version, run.params.copy())
-
-    def record_evaluation(self, model_id: str, version: int, accuracy: float, loss: float) -> None:
-        """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule."""
-        with self._lock:
-            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock())
-            tickets = [self.journal.record(evaluation)]
-            run = self.run
-            if run is not None and run.model_id == model_id:
-                run.latest_accuracy = accuracy
-                stop = run.stop_accuracy
-                if stop is not None and accuracy >= stop and run.status != "finished":
-                    tickets.append(self._set_status("finished", actor="criterion"))
-        for ticket in tickets:
-            ticket.wait()
-
-    # -- figures -------------------------------------------------------------------------------
-    def evaluations(self, model_id: str) -> list[dict[str, float]]:
-        return [asdict(r) for r in self.store.evaluations(model_id)]
-
-    def stats(self) -> dict[str, Any]:
-        """The figures of the demo's summary and the console."""
-        run = self.run
-        latest = None if run is None else self.store.latest_evaluation(run.model_id)
-        with self._lock:
-            return {
-                "model_id": run.model_id if run else None,
-                "status": run.status if run else "no_model",
-                "version": run.version if run else 0,
-                "accuracy": latest.accuracy if latest else None,
-                "evaluated_version": latest.version if latest else None,
-                "devices": self.devices.count(),
-                "strategy": run.strategy.describe() if run else None,
-                **self.recent.summary(),
-            }

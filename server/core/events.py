@@ -12,6 +12,23 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class PrivacyCharged:
+    """A DP task entered its device's privacy ledger: one Poisson-subsampled Gaussian step, or (issue 16) a
+    pure ε-DP norm-Laplace step of AUDP/MAPA (``epsilon`` > 0; then σ is λ/G and q is b/N, not accounted)."""
+
+    device_id: str
+    task_id: str
+    model_id: str
+    at: float
+    noise_multiplier: float
+    sampling_rate: float
+    local_examples: int
+    mechanism: str = "dpsgd-poisson-gaussian/1"  # rows written before migration 0004 are Gaussian
+    epsilon: float = 0.0  # a pure step's ε (basic composition); 0 for a Gaussian step (RDP accounted)
+    norm_bound: float | None = None  # a pure step's push norm bound (its noise has no hard bound)
+
+
+@dataclass(frozen=True)
 class TaskGranted:
     """A lease was handed to a device (written behind the answer: a lost grant only costs a retry)."""
 
@@ -27,6 +44,7 @@ class TaskGranted:
     predicted_energy: float | None
     created_at: float
     deadline: float
+    privacy: PrivacyCharged | None = None  # written in the grant's transaction
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,7 @@ class PushApplied:
     """A gradient was weighed (and maybe stepped): the answer told to the device and what it measured."""
 
     task_id: str
+    device_id: str
     device_model: str
     digest: str
     outcome: dict[str, Any]
@@ -65,6 +84,7 @@ class StatusChanged:
     version: int
     actor: str
     at: float
+    previous: str | None = None  # the status before (the audit log's "old")
 
 
 @dataclass(frozen=True)
@@ -112,6 +132,7 @@ class ModelAdded:
     init_params: bytes
     actor: str
     at: float
+    dp_onnx: bytes | None = None  # the DP-SGD graph, if the model has one
 
 
 @dataclass(frozen=True)
@@ -119,6 +140,48 @@ class DeviceEnrolled:
     device_id: str
     device_model: str
     token_hash: str
+    at: float
+
+
+@dataclass(frozen=True)
+class DeviceRevoked:
+    """A device's token stops working (its row and its tasks stay, for the figures)."""
+
+    device_id: str
+    actor: str
+    at: float
+
+
+@dataclass(frozen=True)
+class EnrollmentKeyCreated:
+    """A stored enrollment key besides the bootstrap one; only its SHA-256 is kept."""
+
+    key_id: str
+    name: str
+    key_hash: str
+    actor: str
+    at: float
+
+
+@dataclass(frozen=True)
+class EnrollmentKeyRevoked:
+    key_id: str
+    actor: str
+    at: float
+
+
+@dataclass(frozen=True)
+class HeadPromoted:
+    """A retained version's parameters became the head that trains, as ``version`` of ``model_id`` (one
+    above its newest); ``model_id`` becomes the active model. ``previous_*`` is the head it replaced."""
+
+    model_id: str
+    version: int
+    source_version: int
+    params: bytes
+    previous_model_id: str
+    previous_version: int
+    actor: str
     at: float
 
 
@@ -142,5 +205,9 @@ Event = (
     | CounterBumped
     | ModelAdded
     | DeviceEnrolled
+    | DeviceRevoked
+    | EnrollmentKeyCreated
+    | EnrollmentKeyRevoked
+    | HeadPromoted
     | StateCheckpoint
 )

@@ -14,17 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from server.core.events import Event
+from server.core.events import Event, PrivacyCharged
 from server.core.types import Device
 
 __all__ = [
     "AnsweredTask",
     "BatchDecision",
+    "DeviceRecord",
+    "EnrollmentKey",
     "EvaluationRecord",
     "Lease",
     "MeasurementRecord",
     "ModelRecord",
     "Profiler",
+    "PromotionRecord",
     "Store",
 ]
 
@@ -105,6 +108,14 @@ class Lease:
     status: str = "open"
     digest: str | None = None
     outcome: dict[str, Any] | None = None
+    dp_bound: float | None = None  # a DP task's largest possible gradient norm (memory only)
+    dp_bound_replaces: bool = False  # the bound replaces max_gradient_norm (a pure step's noise: memory only)
+
+    def norm_limit(self, max_gradient_norm: float) -> float:
+        """The push's norm limit: the DP bound within max_gradient_norm, or alone when it replaces it."""
+        if self.dp_bound is None:
+            return max_gradient_norm
+        return self.dp_bound if self.dp_bound_replaces else min(max_gradient_norm, self.dp_bound)
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,43 @@ class EvaluationRecord:
     at: float
 
 
+@dataclass(frozen=True)
+class DeviceRecord:
+    """An enrolled device as the console lists it (``last_features``: those of its latest task request)."""
+
+    device_id: str
+    device_model: str
+    created_at: float
+    last_seen: float
+    tasks_applied: int
+    last_features: dict[str, Any] | None
+    revoked_at: float | None
+
+
+@dataclass(frozen=True)
+class EnrollmentKey:
+    """A stored enrollment key (its secret is shown once at creation and kept only as a SHA-256)."""
+
+    key_id: str
+    name: str
+    created_at: float
+    created_by: str
+    revoked_at: float | None
+
+
+@dataclass(frozen=True)
+class PromotionRecord:
+    """A stored ``HeadPromoted`` without its parameters: what a rollback needs."""
+
+    model_id: str
+    version: int
+    source_version: int
+    previous_model_id: str
+    previous_version: int
+    actor: str
+    at: float
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable storage of the core: one write method taking domain events, and plain-record reads."""
@@ -161,9 +209,17 @@ class Store(Protocol):
     def versions(self, model_id: str) -> list[tuple[int, float]]: ...
 
     # devices and tasks
-    def device_by_token(self, token_hash: str) -> Device | None: ...
+    def device_by_token(self, token_hash: str) -> Device | None:
+        """The device of a token, None if unknown or revoked."""
+        ...
+
+    def device(self, device_id: str) -> DeviceRecord | None: ...
     def count_devices(self) -> int: ...
+    def enrollment_keys(self) -> list[EnrollmentKey]: ...
+    def enrollment_key_by_hash(self, key_hash: str) -> EnrollmentKey | None: ...
+    def last_promotion(self) -> PromotionRecord | None: ...
     def lease(self, task_id: str) -> Lease | None: ...
+    def privacy_charges(self) -> list[PrivacyCharged]: ...  # every DP task's ledger entry, oldest first
     def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]: ...
 
     # state saved by checkpoints
@@ -176,3 +232,25 @@ class Store(Protocol):
     def latest_evaluation(self, model_id: str) -> EvaluationRecord | None: ...
     def measurements(self, device_model: str, limit: int) -> list[MeasurementRecord]: ...
     def measurement_counts(self) -> dict[str, tuple[int, float]]: ...
+
+    # the console's pages: bounded queries (a page of rows, or counts), never every row
+    def devices(
+        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+    ) -> list[DeviceRecord]:
+        """A page of devices, the most recently seen first."""
+        ...
+
+    def device_model_counts(
+        self, now: float, active_within_s: float = 300.0
+    ) -> dict[str, tuple[int, int, float]]:
+        """Per device model: (devices, non-revoked devices seen within ``active_within_s`` of ``now``,
+        latest last_seen)."""
+        ...
+
+    def task_counts(self, model_id: str) -> dict[str, int]:
+        """The model's tasks by status (open, applied, expired)."""
+        ...
+
+    def answers_per_minute(self, model_id: str, since: float) -> list[tuple[float, int]]:
+        """Tasks answered since ``since``, per minute: (the minute's start, count), oldest first."""
+        ...

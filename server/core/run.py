@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleet_protocol import Manifest
-from server.core.events import TaskGranted
+from server.core.events import PrivacyCharged, TaskGranted
 from server.core.leases import Lease
 from server.strategies import Strategy
 
@@ -25,9 +25,30 @@ class TrainingRun:
     stop_accuracy: float | None = None
     stop_versions: int | None = None
     latest_accuracy: float | None = None
+    # the head a promotion made (0: none did): older versions and other models' tasks are refused
+    floor: int = 0
 
 
-def granted(lease: Lease, *, similarity: float | None, at: float) -> TaskGranted:
+def same_kind(a: Strategy, b: Strategy) -> bool:
+    """Whether two strategies are the same classes all the way down their wrappers (a state fits both)."""
+    while type(a) is type(b):
+        inner_a, inner_b = getattr(a, "inner", None), getattr(b, "inner", None)
+        if inner_a is None or inner_b is None:
+            return inner_a is inner_b
+        a, b = inner_a, inner_b
+    return False
+
+
+def carried_over(old: Strategy, new: Strategy) -> Strategy:
+    """``new`` with ``old``'s state (buffer, counters, statistics) when it is the same kind, else fresh."""
+    if same_kind(old, new):
+        new.load_state_dict(old.state_dict())
+    return new
+
+
+def granted(
+    lease: Lease, *, similarity: float | None, at: float, privacy: PrivacyCharged | None = None
+) -> TaskGranted:
     """The event of a lease handed out."""
     return TaskGranted(
         task_id=lease.task_id,
@@ -42,4 +63,5 @@ def granted(lease: Lease, *, similarity: float | None, at: float) -> TaskGranted
         predicted_energy=lease.predicted_energy,
         created_at=at,
         deadline=lease.deadline,
+        privacy=privacy,
     )

@@ -27,6 +27,7 @@ class TaskRequest:
     device: Device
     features: dict[str, float | None]
     label_counts: np.ndarray
+    local_examples: int | None = None  # the device's N: DP tasks sample from it
 
 
 @dataclass(frozen=True)

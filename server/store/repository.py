@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import ColumnElement, Float, bindparam, case, func, insert, select, update
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from server.core.events import ModelAdded
 from server.store.codec import decode_state, encode_state
@@ -13,10 +16,12 @@ from server.store.tables import (
     AuditRow,
     CounterRow,
     DeviceRow,
+    EnrollmentKeyRow,
     EvaluationRow,
     MeasurementRow,
     ModelRow,
     ProfilerRow,
+    PromotionRow,
     StrategyRow,
     TaskRow,
     VersionRow,
@@ -33,11 +38,78 @@ def add_device(*, session: Session, device_id: str, device_model: str, token_has
 
 
 def device_by_token(*, session: Session, token_hash: str) -> DeviceRow | None:
-    return session.scalar(select(DeviceRow).where(DeviceRow.token_hash == token_hash))
+    """The device of a token; a revoked device has none."""
+    return session.scalar(
+        select(DeviceRow).where(DeviceRow.token_hash == token_hash, DeviceRow.revoked_at.is_(None))
+    )
+
+
+def get_device(*, session: Session, device_id: str) -> DeviceRow | None:
+    return session.get(DeviceRow, device_id)
 
 
 def count_devices(*, session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(DeviceRow)) or 0)
+
+
+def revoke_device(*, session: Session, device_id: str, now: float) -> None:
+    """Set revoked_at once (revoking again keeps the first time)."""
+    unrevoked = (DeviceRow.id == device_id) & DeviceRow.revoked_at.is_(None)
+    session.execute(update(DeviceRow).where(unrevoked).values(revoked_at=now))
+
+
+def list_devices(*, session: Session, offset: int, limit: int, device_model: str | None) -> list[DeviceRow]:
+    """A page of devices, the most recently seen first (id breaks ties, so pages do not overlap)."""
+    query = select(DeviceRow).order_by(DeviceRow.last_seen.desc(), DeviceRow.id).offset(offset).limit(limit)
+    if device_model is not None:
+        query = query.where(DeviceRow.device_model == device_model)
+    return list(session.scalars(query))
+
+
+def device_model_counts(
+    *, session: Session, now: float, active_within_s: float
+) -> dict[str, tuple[int, int, float]]:
+    """Per device model: (devices, non-revoked devices seen since now - active_within_s, latest seen)."""
+    active = case(
+        (DeviceRow.revoked_at.is_(None) & (DeviceRow.last_seen >= now - active_within_s), 1), else_=0
+    )
+    seen = func.max(DeviceRow.last_seen)
+    rows = session.execute(
+        select(DeviceRow.device_model, func.count(), func.sum(active), seen).group_by(DeviceRow.device_model)
+    )
+    return {str(dm): (int(n), int(a or 0), float(seen)) for dm, n, a, seen in rows}
+
+
+# -- enrollment keys -------------------------------------------------------------------------------
+def add_enrollment_key(
+    *, session: Session, key_id: str, name: str, key_hash: str, actor: str, now: float
+) -> None:
+    session.execute(
+        insert(EnrollmentKeyRow).values(
+            id=key_id,
+            name=name[:120],
+            key_hash=key_hash,
+            created_at=now,
+            created_by=actor[:64],
+            revoked_at=None,
+        )
+    )
+
+
+def revoke_enrollment_key(*, session: Session, key_id: str, now: float) -> None:
+    session.execute(
+        update(EnrollmentKeyRow)
+        .where(EnrollmentKeyRow.id == key_id, EnrollmentKeyRow.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+
+
+def enrollment_keys(*, session: Session) -> list[EnrollmentKeyRow]:
+    return list(session.scalars(select(EnrollmentKeyRow).order_by(EnrollmentKeyRow.created_at)))
+
+
+def enrollment_key_by_hash(*, session: Session, key_hash: str) -> EnrollmentKeyRow | None:
+    return session.scalar(select(EnrollmentKeyRow).where(EnrollmentKeyRow.key_hash == key_hash))
 
 
 # -- models and versions ---------------------------------------------------------------------------
@@ -51,6 +123,7 @@ def add_model(*, session: Session, event: ModelAdded) -> None:
             manifest=event.manifest_json,
             train_onnx=event.train_onnx,
             infer_onnx=event.infer_onnx,
+            dp_onnx=event.dp_onnx,
             created_at=event.at,
             active=True,
             current_version=0,
@@ -62,8 +135,8 @@ def add_model(*, session: Session, event: ModelAdded) -> None:
 
 
 def get_graph(*, session: Session, model_id: str, which: str) -> bytes | None:
-    """The model's ``train`` or ``infer`` ONNX graph (None for an unknown model)."""
-    column = ModelRow.train_onnx if which == "train" else ModelRow.infer_onnx
+    """The model's ``train``, ``infer`` or ``dp`` ONNX graph (None for an unknown model, or no DP graph)."""
+    column = {"train": ModelRow.train_onnx, "infer": ModelRow.infer_onnx, "dp": ModelRow.dp_onnx}[which]
     return session.scalar(select(column).where(ModelRow.id == model_id))
 
 
@@ -97,6 +170,19 @@ def set_model_fields(*, session: Session, model_id: str, **fields: Any) -> None:
     session.execute(update(ModelRow).where(ModelRow.id == model_id).values(**fields))
 
 
+def activate_model(*, session: Session, model_id: str) -> None:
+    """``model_id`` becomes the only active model."""
+    session.execute(update(ModelRow).values(active=ModelRow.id == model_id))
+
+
+def add_promotion(*, session: Session, **fields: Any) -> None:
+    session.execute(insert(PromotionRow).values(**fields))
+
+
+def last_promotion(*, session: Session) -> PromotionRow | None:
+    return session.scalar(select(PromotionRow).order_by(PromotionRow.id.desc()).limit(1))
+
+
 # -- tasks -----------------------------------------------------------------------------------------
 def get_task(*, session: Session, task_id: str) -> TaskRow | None:
     return session.get(TaskRow, task_id)
@@ -118,6 +204,43 @@ def recent_tasks(*, session: Session, model_id: str, limit: int) -> list[TaskRow
             .limit(limit)
         )
     )
+
+
+class minute_start(FunctionElement[float]):  # noqa: N801 - used like a SQL function
+    """The start of the minute of a (non-negative) UNIX time, in SQL: floor(t / 60) * 60."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(minute_start)
+def _minute_start(element: minute_start, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(floor({compiler.process(element.clauses, **kw)} / 60.0) * 60)"
+
+
+@compiles(minute_start, "sqlite")
+def _minute_start_sqlite(element: minute_start, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLite has floor() only when built with its math functions; CAST truncates, = floor for t >= 0
+    return f"(CAST({compiler.process(element.clauses, **kw)} / 60.0 AS INTEGER) * 60)"
+
+
+def task_counts(*, session: Session, model_id: str) -> dict[str, int]:
+    rows = session.execute(
+        select(TaskRow.status, func.count()).where(TaskRow.model_id == model_id).group_by(TaskRow.status)
+    )
+    return {str(status): int(n) for status, n in rows}
+
+
+def answers_per_minute(*, session: Session, model_id: str, since: float) -> list[tuple[float, int]]:
+    """Answered tasks per minute since ``since`` (index ix_tasks_model_id_answered_at), oldest first."""
+    minute: ColumnElement[float] = minute_start(TaskRow.answered_at).label("minute")
+    rows = session.execute(
+        select(minute, func.count())
+        .where(TaskRow.model_id == model_id, TaskRow.answered_at >= since)
+        .group_by(minute)
+        .order_by(minute)
+    )
+    return [(float(m), int(n)) for m, n in rows]
 
 
 # -- measurements, evaluations, counters, audit ----------------------------------------------------

@@ -1,8 +1,7 @@
 """The SQL implementation of the core's ``Store`` port: domain events in, plain records out.
 
-The only place that turns the core's events into table rows. A batch from the journal arrives as
-grants, other events, answers and a state checkpoint; runs of grants and answers become bulk
-statements (one executemany each) so a batch of pushes costs a handful of statements and one commit.
+Reads return plain records (ports.py), never ORM rows; writes go through ``write_events``
+(server/store/writes.py), the only place that turns the core's events into table rows.
 """
 
 from __future__ import annotations
@@ -11,33 +10,28 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import bindparam, delete, exc, insert, text, update
+from sqlalchemy import exc, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from server.core.errors import StorageUnavailable
 from server.core.events import (
-    CounterBumped,
-    DeviceEnrolled,
-    EvaluationRecorded,
     Event,
-    LeasesExpired,
-    ModelAdded,
-    PushApplied,
-    StateCheckpoint,
-    StatusChanged,
-    StopCriterionSet,
-    TaskGranted,
+    PrivacyCharged,
 )
 from server.core.ports import (
     AnsweredTask,
+    DeviceRecord,
+    EnrollmentKey,
     EvaluationRecord,
     Lease,
     MeasurementRecord,
     ModelRecord,
+    PromotionRecord,
 )
 from server.core.types import Device
 from server.store import repository as repo
-from server.store.tables import MeasurementRow, ModelRow, TaskRow, VersionRow
+from server.store.tables import DeviceRow, EnrollmentKeyRow, ModelRow, PrivacyChargeRow
+from server.store.writes import write_events
 
 T = TypeVar("T")
 
@@ -121,14 +115,62 @@ class SqlStore:
             return repo.list_versions(session=session, model_id=model_id)
 
     # -- devices and tasks -----------------------------------------------------------------------
+    def privacy_charges(self) -> list[PrivacyCharged]:
+        with self.sessions() as session:
+            rows = session.scalars(select(PrivacyChargeRow).order_by(PrivacyChargeRow.id))
+            return [
+                PrivacyCharged(
+                    device_id=r.device_id,
+                    task_id=r.task_id,
+                    model_id=r.model_id,
+                    at=r.at,
+                    noise_multiplier=r.noise_multiplier,
+                    sampling_rate=r.sampling_rate,
+                    local_examples=r.local_examples,
+                    mechanism=r.mechanism,
+                    epsilon=r.epsilon,
+                    norm_bound=r.norm_bound,
+                )
+                for r in rows
+            ]
+
     def device_by_token(self, token_hash: str) -> Device | None:
         with self.sessions() as session:
             row = repo.device_by_token(session=session, token_hash=token_hash)
             return None if row is None else Device(device_id=row.id, device_model=row.device_model)
 
+    def device(self, device_id: str) -> DeviceRecord | None:
+        with self.sessions() as session:
+            row = repo.get_device(session=session, device_id=device_id)
+            return None if row is None else _device(row)
+
     def count_devices(self) -> int:
         with self.sessions() as session:
             return repo.count_devices(session=session)
+
+    def enrollment_keys(self) -> list[EnrollmentKey]:
+        with self.sessions() as session:
+            return [_key(r) for r in repo.enrollment_keys(session=session)]
+
+    def enrollment_key_by_hash(self, key_hash: str) -> EnrollmentKey | None:
+        with self.sessions() as session:
+            row = repo.enrollment_key_by_hash(session=session, key_hash=key_hash)
+            return None if row is None else _key(row)
+
+    def last_promotion(self) -> PromotionRecord | None:
+        with self.sessions() as session:
+            row = repo.last_promotion(session=session)
+            if row is None:
+                return None
+            return PromotionRecord(
+                model_id=row.model_id,
+                version=row.version,
+                source_version=row.source_version,
+                previous_model_id=row.previous_model_id,
+                previous_version=row.previous_version,
+                actor=row.actor,
+                at=row.at,
+            )
 
     def lease(self, task_id: str) -> Lease | None:
         with self.sessions() as session:
@@ -214,6 +256,50 @@ class SqlStore:
         with self.sessions() as session:
             return repo.measurement_counts(session=session)
 
+    # -- the console's pages ---------------------------------------------------------------------
+    def devices(
+        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+    ) -> list[DeviceRecord]:
+        with self.sessions() as session:
+            rows = repo.list_devices(session=session, offset=offset, limit=limit, device_model=device_model)
+            return [_device(r) for r in rows]
+
+    def device_model_counts(
+        self, now: float, active_within_s: float = 300.0
+    ) -> dict[str, tuple[int, int, float]]:
+        with self.sessions() as session:
+            return repo.device_model_counts(session=session, now=now, active_within_s=active_within_s)
+
+    def task_counts(self, model_id: str) -> dict[str, int]:
+        with self.sessions() as session:
+            return repo.task_counts(session=session, model_id=model_id)
+
+    def answers_per_minute(self, model_id: str, since: float) -> list[tuple[float, int]]:
+        with self.sessions() as session:
+            return repo.answers_per_minute(session=session, model_id=model_id, since=since)
+
+
+def _device(row: DeviceRow) -> DeviceRecord:
+    return DeviceRecord(
+        device_id=row.id,
+        device_model=row.device_model,
+        created_at=row.created_at,
+        last_seen=row.last_seen,
+        tasks_applied=row.tasks_applied,
+        last_features=row.last_features,
+        revoked_at=row.revoked_at,
+    )
+
+
+def _key(row: EnrollmentKeyRow) -> EnrollmentKey:
+    return EnrollmentKey(
+        key_id=row.id,
+        name=row.name,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        revoked_at=row.revoked_at,
+    )
+
 
 def _model(row: ModelRow) -> ModelRecord:
     return ModelRecord(
@@ -227,164 +313,3 @@ def _model(row: ModelRow) -> ModelRecord:
         stop_accuracy=row.stop_accuracy,
         stop_versions=row.stop_versions,
     )
-
-
-def write_events(session: Session, events: Sequence[Event], *, retention: int) -> None:
-    """``events`` in order; consecutive grants and consecutive answers become one bulk statement each."""
-    i = 0
-    while i < len(events):
-        kind = type(events[i])
-        j = i + 1
-        if kind in (TaskGranted, PushApplied):
-            while j < len(events) and type(events[j]) is kind:
-                j += 1
-            run = events[i:j]
-            if kind is TaskGranted:
-                _write_grants(session, run)  # type: ignore[arg-type]
-            else:
-                _write_answers(session, run, retention=retention)  # type: ignore[arg-type]
-        else:
-            _write_one(session, events[i])
-        i = j
-
-
-def _write_grants(session: Session, grants: Sequence[TaskGranted]) -> None:
-    rows = [
-        {
-            "id": g.task_id,
-            "model_id": g.model_id,
-            "device_id": g.device_id,
-            "device_model": g.device_model,
-            "version": g.version,
-            "batch_size": g.batch_size,
-            "similarity": g.similarity,
-            "features": g.features,
-            "predicted_time_ms": g.predicted_time_ms,
-            "predicted_energy": g.predicted_energy,
-            "created_at": g.created_at,
-            "deadline": g.deadline,
-            "status": "open",
-        }
-        for g in grants
-    ]
-    session.connection().execute(insert(TaskRow.__table__), rows)
-
-
-def _write_answers(session: Session, answers: Sequence[PushApplied], *, retention: int) -> None:
-    """Core statements on the connection: no ORM bookkeeping per row."""
-    tasks, versions_table, models = TaskRow.__table__, VersionRow.__table__, ModelRow.__table__
-    db = session.connection()
-    db.execute(
-        update(tasks).where(tasks.c.id == bindparam("task_id")),
-        [
-            {
-                "task_id": a.task_id,
-                "status": "applied",
-                "digest": a.digest,
-                "outcome": a.outcome,
-                "staleness": a.staleness,
-                "weight": a.weight,
-                "answered_at": a.at,
-            }
-            for a in answers
-        ],
-    )
-    db.execute(
-        insert(MeasurementRow.__table__),
-        [
-            {
-                "task_id": a.task_id,
-                "device_model": a.device_model,
-                "batch_size": a.batch_size,
-                "compute_time_ms": a.compute_time_ms,
-                "predicted_time_ms": a.predicted_time_ms,
-                "energy": a.energy,
-                "predicted_energy": a.predicted_energy,
-                "loss": a.loss,
-                "at": a.at,
-            }
-            for a in answers
-        ],
-    )
-    versions = [(a.new_version, a.at) for a in answers if a.new_version is not None]
-    if not versions:
-        return
-    db.execute(
-        insert(versions_table),
-        [
-            {"model_id": v.model_id, "version": v.version, "params": v.params, "created_at": at}
-            for v, at in versions
-        ],
-    )
-    model_id, newest = versions[-1][0].model_id, versions[-1][0].version
-    db.execute(update(models).where(models.c.id == model_id).values(current_version=newest))
-    db.execute(
-        delete(versions_table).where(
-            versions_table.c.model_id == model_id,
-            versions_table.c.version > 0,
-            versions_table.c.version <= newest - retention,
-        )
-    )
-
-
-def _write_one(session: Session, event: Event) -> None:
-    match event:
-        case StatusChanged():
-            repo.set_model_fields(session=session, model_id=event.model_id, status=event.status)
-            detail = {"model_id": event.model_id, "version": event.version}
-            repo.audit(
-                session=session,
-                actor=event.actor,
-                action=f"status:{event.status}",
-                detail=detail,
-                now=event.at,
-            )
-        case StopCriterionSet():
-            repo.set_model_fields(
-                session=session,
-                model_id=event.model_id,
-                stop_accuracy=event.target_accuracy,
-                stop_versions=event.max_versions,
-            )
-            detail = {"target_accuracy": event.target_accuracy, "max_versions": event.max_versions}
-            repo.audit(
-                session=session, actor=event.actor, action="stop_criterion", detail=detail, now=event.at
-            )
-        case EvaluationRecorded():
-            repo.add_evaluation(
-                session=session,
-                model_id=event.model_id,
-                version=event.version,
-                accuracy=event.accuracy,
-                loss=event.loss,
-                now=event.at,
-            )
-        case LeasesExpired():
-            repo.expire_tasks(session=session, now=event.before)
-        case CounterBumped():
-            repo.bump_counter(session=session, name=event.name, by=event.by)
-        case ModelAdded():
-            repo.add_model(session=session, event=event)
-            repo.audit(
-                session=session,
-                actor=event.actor,
-                action="add_model",
-                detail={"model_id": event.model_id},
-                now=event.at,
-            )
-        case DeviceEnrolled():
-            repo.add_device(
-                session=session,
-                device_id=event.device_id,
-                device_model=event.device_model,
-                token_hash=event.token_hash,
-                now=event.at,
-            )
-        case StateCheckpoint():
-            if event.model_id is not None and event.strategy is not None:
-                repo.save_strategy_state(
-                    session=session, model_id=event.model_id, state=event.strategy, now=event.at
-                )
-            repo.save_profiler_states(session=session, states=event.profiles, now=event.at)
-        case _:
-            raise TypeError(f"no storage for event {type(event).__name__}")

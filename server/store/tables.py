@@ -18,8 +18,11 @@ class DeviceRow(Base):
     device_model: Mapped[str] = mapped_column(String(120))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
     created_at: Mapped[float] = mapped_column(Float)
-    last_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)  # when it was last granted a task
     tasks_applied: Mapped[int] = mapped_column(Integer, default=0)
+    last_features: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    local_examples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # last reported (DP sampling)
 
 
 class ModelRow(Base):
@@ -29,6 +32,7 @@ class ModelRow(Base):
     manifest: Mapped[str] = mapped_column(Text)
     train_onnx: Mapped[bytes] = mapped_column(LargeBinary)
     infer_onnx: Mapped[bytes] = mapped_column(LargeBinary)
+    dp_onnx: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # per-example-clipped sum
     created_at: Mapped[float] = mapped_column(Float)
     active: Mapped[bool] = mapped_column(Boolean, default=False)
     current_version: Mapped[int] = mapped_column(Integer, default=0)
@@ -68,6 +72,7 @@ class TaskRow(Base):
 
 
 Index("ix_tasks_status_deadline", TaskRow.status, TaskRow.deadline)
+Index("ix_tasks_model_id_answered_at", TaskRow.model_id, TaskRow.answered_at)  # answers per minute
 
 
 class MeasurementRow(Base):
@@ -121,3 +126,76 @@ class AuditRow(Base):
     actor: Mapped[str] = mapped_column(String(64))
     action: Mapped[str] = mapped_column(String(64))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class PromotionRow(Base):
+    """Each ``HeadPromoted`` (its parameters are the version row it wrote): what a rollback undoes."""
+
+    __tablename__ = "promotions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_id: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    source_version: Mapped[int] = mapped_column(Integer)
+    previous_model_id: Mapped[str] = mapped_column(String(64))
+    previous_version: Mapped[int] = mapped_column(Integer)
+    actor: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+
+
+class EnrollmentKeyRow(Base):
+    __tablename__ = "enrollment_keys"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(120))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)  # SHA-256 hex
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(64))
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AdminUserRow(Base):
+    """A console login (the console's code reads and writes these: server/store/admin.py)."""
+
+    __tablename__ = "admin_users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(Float)
+    last_login: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AdminSessionRow(Base):
+    """A console login session, keyed by the SHA-256 of its cookie value."""
+
+    __tablename__ = "admin_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), index=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class SettingOverrideRow(Base):
+    """A setting changed at run time from the console (it outlives a restart)."""
+
+    __tablename__ = "settings_overrides"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(64))
+
+
+class PrivacyChargeRow(Base):
+    """One DP task granted to a device: a Poisson-subsampled Gaussian or a pure ε norm-Laplace event."""
+
+    __tablename__ = "privacy_charges"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    device_id: Mapped[str] = mapped_column(String(32), index=True)
+    task_id: Mapped[str] = mapped_column(String(32), unique=True)
+    model_id: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)
+    noise_multiplier: Mapped[float] = mapped_column(Float)
+    sampling_rate: Mapped[float] = mapped_column(Float)
+    local_examples: Mapped[int] = mapped_column(Integer)
+    mechanism: Mapped[str] = mapped_column(String(64), server_default="dpsgd-poisson-gaussian/1")
+    epsilon: Mapped[float] = mapped_column(Float, server_default="0")  # a pure (norm-Laplace) step's ε
+    norm_bound: Mapped[float | None] = mapped_column(Float, nullable=True)

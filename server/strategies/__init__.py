@@ -6,17 +6,21 @@ from typing import Any
 
 from server.strategies.adabuff import AdaBuff
 from server.strategies.adasgd import AdaSGD
+from server.strategies.audp import AUDP
 from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dynsgd import DynSGD
 from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
+from server.strategies.mapa import MAPA
 from server.strategies.ssgd import SSGD
+from server.strategies.vandijk import VanDijk
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
-    for cls in (AdaBuff, AdaSGD, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, SSGD)
+    for cls in (AdaBuff, AdaSGD, AUDP, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, MAPA, SSGD)
+    + (VanDijk,)
 }
 
 
@@ -42,17 +46,20 @@ __all__ = [
     "AdaBuff",
     "AdaSGD",
     "Arrival",
+    "AUDP",
     "DynSGD",
     "DynSGDClip",
     "FedAdam",
     "FedAvgAsync",
     "FedBuff",
     "FedYogi",
+    "MAPA",
     "SSGD",
     "STRATEGIES",
     "default_strategy",
     "Strategy",
     "StrategySettings",
     "TaskTerms",
+    "VanDijk",
     "make_strategy",
 ]

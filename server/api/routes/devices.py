@@ -22,7 +22,10 @@ router = APIRouter(prefix="/devices", tags=["devices"])
     responses={401: answer("wrong enrollment key"), **RATE_LIMITED, **JSON_BODY},
 )
 async def enroll(body: EnrollIn, request: Request, coordinator: CoordinatorDep) -> EnrollOut:
-    if not secrets.compare_digest(body.enrollment_key.encode(), request.app.state.enrollment_key.encode()):
+    """The bootstrap key (FLEET_ENROLLMENT_KEY) or a stored key the console created and did not revoke."""
+    key = body.enrollment_key
+    bootstrap = secrets.compare_digest(key.encode(), request.app.state.enrollment_key.encode())
+    if not bootstrap and not await run_in_threadpool(coordinator.devices.enrollment_key_valid, key):
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong enrollment key")
     device, token = await run_in_threadpool(coordinator.enroll, body.device_model)
     return EnrollOut(device_id=device.device_id, token=token)

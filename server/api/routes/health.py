@@ -33,4 +33,8 @@ def metrics(request: Request, metrics: MetricsDep, coordinator: CoordinatorDep) 
         metrics.version.set(coordinator.run.version)
         if coordinator.run.latest_accuracy is not None:
             metrics.accuracy.set(coordinator.run.latest_accuracy)
+    if coordinator.privacy is not None:
+        privacy = coordinator.privacy.overview()
+        metrics.epsilon_max.set(privacy["epsilon_max"])
+        metrics.budget_exhausted.set(privacy["exhausted"])
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -66,12 +66,18 @@ def manifest(model_id: ModelId, coordinator: CoordinatorDep) -> Response:
 @router.get(
     "/{model_id}/graphs/{graph}.onnx",
     response_class=Response,
-    responses={**binary("the ONNX graph", CACHE_CONTROL), 404: answer("no such model, or not train/infer")},
+    responses={
+        **binary("the ONNX graph", CACHE_CONTROL),
+        404: answer("no such model, not train/infer/dp, or (dp) the model has no DP-SGD graph"),
+    },
 )
 def graph(
     model_id: ModelId,
     coordinator: CoordinatorDep,
-    graph: str = Path(description="train or infer (any other name: 404)", examples=["train", "infer"]),
+    graph: str = Path(
+        description="train, infer or dp (the per-example-clipped DP-SGD graph; 404 if the model has none)",
+        examples=["train", "infer", "dp"],
+    ),
 ) -> Response:
     data = coordinator.catalog.graph(model_id, graph)
     return Response(data, media_type=OCTET, headers={"Cache-Control": IMMUTABLE})

@@ -57,6 +57,7 @@ async def request_task(
         device=device,
         features=body.features.model_dump(),
         label_counts=np.asarray(body.label_counts, np.int64),
+        local_examples=body.local_examples,
     )
     answer = coordinator.request_task(task_request)  # memory only (the journal writes later): no thread
     metrics.task_seconds.observe(time.perf_counter() - started)
@@ -71,8 +72,10 @@ async def request_task(
     metrics.tasks_granted.inc()
     metrics.batch_size.observe(answer.batch_size)
     base = f"/v1/models/{answer.model_id}"
+    dp = answer.dp if answer.dp is None else {**answer.dp, "graph_url": f"{base}/graphs/dp.onnx"}
     return replace(
         answer,
+        dp=dp,
         params_url=f"{base}/versions/{answer.version}/params",
         manifest_url=f"{base}/manifest",
         train_graph_url=f"{base}/graphs/train.onnx",

@@ -1,0 +1,211 @@
+"""The console's pages (GET, read-only) and the data behind their charts, as JSON, CSV and plotly figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+from functools import lru_cache
+from typing import Any, Literal, get_args, get_origin
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from server.console.charts import CHARTS
+from server.console.figures import DATASETS, Figures
+from server.console.web import Session, console_state, coordinator_of, render
+from server.core.errors import CoordinatorError
+from server.settings import LIVE_SETTINGS, Settings
+from server.strategies import STRATEGIES
+
+router = APIRouter()
+PAGE_SIZE = 100
+NEWEST_VERSIONS, MAX_VERSIONS = 5, 60  # a model's versions listed: the newest, then evaluated ones
+
+
+def _figures(request: Request) -> Figures:
+    return Figures(coordinator_of(request))
+
+
+# -- pages -------------------------------------------------------------------------------------------
+@router.get("", include_in_schema=False)
+async def overview(request: Request, session: Session, msg: str | None = None) -> Response:
+    data = await run_in_threadpool(lambda: _figures(request).overview())
+    return render(request, "overview.html", overview=data, msg=msg)
+
+
+@router.get("/learning", include_in_schema=False)
+async def learning(request: Request, session: Session) -> Response:
+    run = coordinator_of(request).run
+    described = run.strategy.describe() if run else {}
+    return render(request, "learning.html", strategy=described)
+
+
+@router.get("/devices", include_in_schema=False)
+async def devices(
+    request: Request,
+    session: Session,
+    page: int = Query(0, ge=0, le=100_000),
+    device_model: str | None = Query(None, max_length=120),
+    msg: str | None = None,
+) -> Response:
+    def read() -> dict[str, Any]:
+        figures = _figures(request)
+        store = figures.store
+        return {
+            "per_model": store.device_model_counts(figures.now),
+            "slo_rows": figures.slo({}),
+            "devices": store.devices(offset=page * PAGE_SIZE, limit=PAGE_SIZE, device_model=device_model),
+        }
+
+    data = await run_in_threadpool(read)
+    return render(
+        request,
+        "devices.html",
+        **data,
+        page_number=page,
+        page_size=PAGE_SIZE,
+        device_model=device_model,
+        msg=msg,
+    )
+
+
+@router.get("/devices/models/{device_model}", include_in_schema=False)
+async def device_model_page(request: Request, session: Session, device_model: str) -> Response:
+    coordinator = coordinator_of(request)
+    try:
+        profile = await run_in_threadpool(coordinator.profiles.device_model, device_model, limit=50)
+    except CoordinatorError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    return render(
+        request, "device_model.html", device_model=device_model, profile=profile,
+        profiler=coordinator.profiles.settings(),
+    )  # fmt: skip
+
+
+@router.get("/models", include_in_schema=False)
+async def models(
+    request: Request, session: Session, msg: str | None = None, error: str | None = None
+) -> Response:
+    coordinator = coordinator_of(request)
+
+    def read() -> list[dict[str, Any]]:
+        listed = []
+        for info in coordinator.catalog.list():
+            accuracy = {e.version: e.accuracy for e in coordinator.store.evaluations(info.model_id)}
+            retained = sorted(coordinator.catalog.versions(info.model_id), reverse=True)
+            # the newest few, then the evaluated ones: the versions worth promoting
+            shown = [(v, at) for i, (v, at) in enumerate(retained) if i < NEWEST_VERSIONS or v in accuracy]
+            listed.append(
+                {
+                    "info": info,
+                    "retained": len(retained),
+                    "versions": [(v, at, accuracy.get(v)) for v, at in shown[:MAX_VERSIONS]],
+                }
+            )
+        return listed
+
+    listed = await run_in_threadpool(read)
+    promotion = await run_in_threadpool(coordinator.store.last_promotion)
+    return render(request, "models.html", models=listed, promotion=promotion, msg=msg, error=error)
+
+
+@router.get("/settings", include_in_schema=False)
+async def settings_page(request: Request, session: Session, msg: str | None = None) -> Response:
+    return await render_settings(request, msg=msg)
+
+
+async def render_settings(request: Request, status_code: int = 200, **context: Any) -> Response:
+    """The settings page (also re-shown with errors by a refused change, or once with a new key)."""
+    console = console_state(request)
+    current = console.settings
+    taken = set(STRATEGIES[current.strategy].settings.__dataclass_fields__) | {"strategy"}
+    strategy_fields = set(LIVE_SETTINGS["Learning"])
+    groups = {
+        title: [n for n in names if n not in strategy_fields or n in taken]
+        for title, names in LIVE_SETTINGS.items()
+    }
+    keys = await run_in_threadpool(coordinator_of(request).devices.enrollment_keys)
+    kinds = _input_kinds()
+    return render(
+        request,
+        "settings.html",
+        status_code,
+        groups=groups,
+        kinds=kinds,
+        current=current,
+        keys=keys,
+        **context,
+    )
+
+
+@lru_cache(maxsize=1)
+def _input_kinds() -> dict[str, Any]:
+    """Per live setting, its form input: "bool" (checkbox), a list of choices (select), "optional"
+    (text, empty = the default) or "value" (text)."""
+    kinds: dict[str, Any] = {}
+    for name, field in Settings.model_fields.items():
+        annotation = field.annotation
+        if annotation is bool:
+            kinds[name] = "bool"
+        elif get_origin(annotation) is Literal:
+            kinds[name] = list(get_args(annotation))
+        else:
+            kinds[name] = "optional" if type(None) in get_args(annotation) else "value"
+    return kinds
+
+
+@router.get("/privacy", include_in_schema=False)
+async def privacy(request: Request, session: Session, page: int = Query(0, ge=0, le=100_000)) -> Response:
+    """ε per device and overall against the budget, and the assumption every figure rests on."""
+    ledger = coordinator_of(request).privacy
+    if ledger is None:
+        return render(request, "privacy.html", overview=None)
+    overview = await run_in_threadpool(ledger.overview)
+    devices = sorted(overview["devices"], key=lambda v: v["epsilon"], reverse=True)
+    shown = devices[page * PAGE_SIZE : (page + 1) * PAGE_SIZE]
+    return render(
+        request, "privacy.html", overview=overview, devices=shown, page_number=page, page_size=PAGE_SIZE
+    )
+
+
+@router.get("/audit", include_in_schema=False)
+async def audit_page(request: Request, session: Session, page: int = Query(0, ge=0, le=100_000)) -> Response:
+    store = console_state(request).store
+    entries = await run_in_threadpool(store.audit_entries, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
+    return render(request, "audit.html", entries=entries, page_number=page, page_size=PAGE_SIZE)
+
+
+# -- data ----------------------------------------------------------------------------------------
+@router.get("/data/overview.json", include_in_schema=False)
+async def overview_data(request: Request, session: Session) -> JSONResponse:
+    return JSONResponse(await run_in_threadpool(lambda: _figures(request).overview()))
+
+
+@router.get("/data/{name}.{fmt}", include_in_schema=False)
+async def dataset(request: Request, session: Session, name: str, fmt: str) -> Response:
+    """A chart's data: ``.json`` ({"columns", "rows"}) or ``.csv``; query parameters select (device_model)."""
+    if name not in DATASETS or fmt not in ("json", "csv"):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no dataset {name}.{fmt}")
+    spec = DATASETS[name]
+    query = dict(request.query_params)
+    rows = await run_in_threadpool(lambda: spec.rows(_figures(request), query))
+    if fmt == "json":
+        return JSONResponse({"title": spec.title, "columns": list(spec.columns), "rows": rows})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(spec.columns)
+    writer.writerows(rows)
+    headers = {"Content-Disposition": f'attachment; filename="fleet-{name}.csv"'}
+    return Response(out.getvalue(), media_type="text/csv", headers=headers)
+
+
+@router.get("/charts/{name}", include_in_schema=False)
+async def chart(request: Request, session: Session, name: str) -> JSONResponse:
+    """A plotly figure (data + layout) for ``Plotly.react``, drawn from the chart's dataset."""
+    if name not in CHARTS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no chart {name}")
+    spec = CHARTS[name]
+    query = dict(request.query_params)
+    rows = await run_in_threadpool(lambda: DATASETS[spec.dataset].rows(_figures(request), query))
+    return JSONResponse({**spec.figure(rows), "points": len(rows)})

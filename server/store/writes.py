@@ -1,0 +1,284 @@
+"""Domain events to table rows: the write half of the SQL store (server/store/sql.py).
+
+A batch from the journal arrives as grants, other events, answers and a state checkpoint; runs of
+grants and answers become bulk statements (one executemany each), so a batch of pushes costs a handful
+of statements and one commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from sqlalchemy import Connection, bindparam, delete, insert, update
+from sqlalchemy.orm import Session
+
+from server.core.events import (
+    CounterBumped,
+    DeviceEnrolled,
+    DeviceRevoked,
+    EnrollmentKeyCreated,
+    EnrollmentKeyRevoked,
+    EvaluationRecorded,
+    Event,
+    HeadPromoted,
+    LeasesExpired,
+    ModelAdded,
+    PushApplied,
+    StateCheckpoint,
+    StatusChanged,
+    StopCriterionSet,
+    TaskGranted,
+)
+from server.store import repository as repo
+from server.store.tables import DeviceRow, MeasurementRow, ModelRow, PrivacyChargeRow, TaskRow, VersionRow
+
+
+def write_events(session: Session, events: Sequence[Event], *, retention: int) -> None:
+    """``events`` in order; consecutive grants and consecutive answers become one bulk statement each."""
+    i = 0
+    while i < len(events):
+        kind = type(events[i])
+        j = i + 1
+        if kind in (TaskGranted, PushApplied, HeadPromoted):
+            session.flush()  # rows added through the ORM before (a device, a counter) exist for the SQL below
+        if kind in (TaskGranted, PushApplied):
+            while j < len(events) and type(events[j]) is kind:
+                j += 1
+            run = events[i:j]
+            if kind is TaskGranted:
+                _write_grants(session, run)  # type: ignore[arg-type]
+            else:
+                _write_answers(session, run, retention=retention)  # type: ignore[arg-type]
+        elif kind is HeadPromoted:
+            _promote(session, events[i], retention=retention)  # type: ignore[arg-type]
+        else:
+            _write_one(session, events[i])
+        i = j
+
+
+def _write_grants(session: Session, grants: Sequence[TaskGranted]) -> None:
+    rows = [
+        {
+            "id": g.task_id,
+            "model_id": g.model_id,
+            "device_id": g.device_id,
+            "device_model": g.device_model,
+            "version": g.version,
+            "batch_size": g.batch_size,
+            "similarity": g.similarity,
+            "features": g.features,
+            "predicted_time_ms": g.predicted_time_ms,
+            "predicted_energy": g.predicted_energy,
+            "created_at": g.created_at,
+            "deadline": g.deadline,
+            "status": "open",
+        }
+        for g in grants
+    ]
+    db = session.connection()
+    db.execute(insert(TaskRow.__table__), rows)
+    charges = [asdict(g.privacy) for g in grants if g.privacy is not None]
+    if charges:
+        db.execute(insert(PrivacyChargeRow.__table__), charges)
+        db.execute(
+            update(DeviceRow.__table__)
+            .where(DeviceRow.__table__.c.id == bindparam("device"))
+            .values(local_examples=bindparam("examples")),
+            [{"device": c["device_id"], "examples": c["local_examples"]} for c in charges],
+        )
+    latest = {g.device_id: g for g in grants}  # in grant order: each device's latest request wins
+    devices = DeviceRow.__table__
+    db.execute(
+        update(devices)
+        .where(devices.c.id == bindparam("device_id"))
+        .values(last_seen=bindparam("seen"), last_features=bindparam("features")),
+        [{"device_id": d, "seen": g.created_at, "features": g.features} for d, g in latest.items()],
+    )
+
+
+def _write_answers(session: Session, answers: Sequence[PushApplied], *, retention: int) -> None:
+    """Core statements on the connection: no ORM bookkeeping per row."""
+    tasks, versions_table = TaskRow.__table__, VersionRow.__table__
+    db = session.connection()
+    db.execute(
+        update(tasks).where(tasks.c.id == bindparam("task_id")),
+        [
+            {
+                "task_id": a.task_id,
+                "status": "applied",
+                "digest": a.digest,
+                "outcome": a.outcome,
+                "staleness": a.staleness,
+                "weight": a.weight,
+                "answered_at": a.at,
+            }
+            for a in answers
+        ],
+    )
+    db.execute(
+        insert(MeasurementRow.__table__),
+        [
+            {
+                "task_id": a.task_id,
+                "device_model": a.device_model,
+                "batch_size": a.batch_size,
+                "compute_time_ms": a.compute_time_ms,
+                "predicted_time_ms": a.predicted_time_ms,
+                "energy": a.energy,
+                "predicted_energy": a.predicted_energy,
+                "loss": a.loss,
+                "at": a.at,
+            }
+            for a in answers
+        ],
+    )
+    applied = Counter(a.device_id for a in answers)
+    devices = DeviceRow.__table__
+    db.execute(
+        update(devices)
+        .where(devices.c.id == bindparam("device_id"))
+        .values(tasks_applied=devices.c.tasks_applied + bindparam("n")),
+        [{"device_id": d, "n": n} for d, n in applied.items()],
+    )
+    versions = [(a.new_version, a.at) for a in answers if a.new_version is not None]
+    if not versions:
+        return
+    db.execute(
+        insert(versions_table),
+        [
+            {"model_id": v.model_id, "version": v.version, "params": v.params, "created_at": at}
+            for v, at in versions
+        ],
+    )
+    _new_head(db, versions[-1][0].model_id, versions[-1][0].version, retention=retention)
+
+
+def _new_head(db: Connection, model_id: str, newest: int, *, retention: int) -> None:
+    """Move the model's current version up to ``newest`` (never down: pushes on the head a promotion
+    replaced may be written after it, in the same batch) and drop versions past retention."""
+    versions_table, models = VersionRow.__table__, ModelRow.__table__
+    db.execute(
+        update(models)
+        .where(models.c.id == model_id, models.c.current_version < newest)
+        .values(current_version=newest)
+    )
+    db.execute(
+        delete(versions_table).where(
+            versions_table.c.model_id == model_id,
+            versions_table.c.version > 0,
+            versions_table.c.version <= newest - retention,
+        )
+    )
+
+
+def _promote(session: Session, event: HeadPromoted, *, retention: int) -> None:
+    """The promoted parameters as a new version, which becomes the head of the one active model."""
+    db = session.connection()
+    db.execute(
+        insert(VersionRow.__table__).values(
+            model_id=event.model_id, version=event.version, params=event.params, created_at=event.at
+        )
+    )
+    _new_head(db, event.model_id, event.version, retention=retention)
+    repo.activate_model(session=session, model_id=event.model_id)
+    repo.set_model_fields(session=session, model_id=event.model_id, status="training")
+    repo.add_promotion(  # the console audits it
+        session=session,
+        model_id=event.model_id,
+        version=event.version,
+        source_version=event.source_version,
+        previous_model_id=event.previous_model_id,
+        previous_version=event.previous_version,
+        actor=event.actor[:64],
+        at=event.at,
+    )
+
+
+def _write_one(session: Session, event: Event) -> None:
+    match event:
+        case StatusChanged():
+            repo.set_model_fields(session=session, model_id=event.model_id, status=event.status)
+            detail = {
+                "model_id": event.model_id,
+                "version": event.version,
+                "old": event.previous,
+                "new": event.status,
+            }
+            repo.audit(
+                session=session,
+                actor=event.actor,
+                action=f"status:{event.status}",
+                detail=detail,
+                now=event.at,
+            )
+        case StopCriterionSet():
+            repo.set_model_fields(
+                session=session,
+                model_id=event.model_id,
+                stop_accuracy=event.target_accuracy,
+                stop_versions=event.max_versions,
+            )
+            detail = {"target_accuracy": event.target_accuracy, "max_versions": event.max_versions}
+            repo.audit(
+                session=session, actor=event.actor, action="stop_criterion", detail=detail, now=event.at
+            )
+        case EvaluationRecorded():
+            repo.add_evaluation(
+                session=session,
+                model_id=event.model_id,
+                version=event.version,
+                accuracy=event.accuracy,
+                loss=event.loss,
+                now=event.at,
+            )
+        case LeasesExpired():
+            repo.expire_tasks(session=session, now=event.before)
+        case CounterBumped():
+            repo.bump_counter(session=session, name=event.name, by=event.by)
+        case ModelAdded():
+            repo.add_model(session=session, event=event)
+            repo.audit(
+                session=session,
+                actor=event.actor,
+                action="add_model",
+                detail={"model_id": event.model_id},
+                now=event.at,
+            )
+        case DeviceEnrolled():
+            repo.add_device(
+                session=session,
+                device_id=event.device_id,
+                device_model=event.device_model,
+                token_hash=event.token_hash,
+                now=event.at,
+            )
+        case StateCheckpoint():
+            if event.model_id is not None and event.strategy is not None:
+                repo.save_strategy_state(
+                    session=session, model_id=event.model_id, state=event.strategy, now=event.at
+                )
+            repo.save_profiler_states(session=session, states=event.profiles, now=event.at)
+        case _:
+            _write_access(session, event)
+
+
+def _write_access(session: Session, event: Event) -> None:
+    """Who may use the coordinator: device revocations and enrollment keys (the console audits them)."""
+    match event:
+        case DeviceRevoked():
+            repo.revoke_device(session=session, device_id=event.device_id, now=event.at)
+        case EnrollmentKeyCreated():
+            repo.add_enrollment_key(
+                session=session,
+                key_id=event.key_id,
+                name=event.name,
+                key_hash=event.key_hash,
+                actor=event.actor,
+                now=event.at,
+            )
+        case EnrollmentKeyRevoked():
+            repo.revoke_enrollment_key(session=session, key_id=event.key_id, now=event.at)
+        case _:
+            raise TypeError(f"no storage for event {type(event).__name__}")

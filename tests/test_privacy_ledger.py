@@ -1,0 +1,203 @@
+"""Privacy accounting and the per-device ledger: known ε values, calibration, budgets that stop a
+device, bad reports refused without a charge, the ledger surviving a restart, pushes a clipped and
+noised gradient cannot produce refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from models.manifest import builtin
+from server.core.accounting import PrivacyEvent, calibrate_noise, epsilon, pld_epsilon
+from server.core.coordinator import Coordinator
+from server.core.errors import InvalidInput
+from server.core.privacy import PrivacyLedger, PrivacyPolicy, poisson_ceiling
+from server.core.types import Rejection, TaskGrant, TaskRequest, TaskResult
+from server.strategies import make_strategy
+from sim.harness import BatchSizer
+from tests.conftest import FEATURES
+from tests.memory_store import MemoryStore
+
+MNIST_KNOWN = PrivacyEvent(1.1, 100 / 60000, 10_000)  # toolchain-notes.md: RDP 1.669, PLD ≈ 1.14
+
+
+def test_rdp_epsilon_matches_the_known_value_and_opacus():
+    delta = 1 / 60000**2
+    rdp = epsilon([MNIST_KNOWN], delta)
+    assert rdp == pytest.approx(1.669, abs=1e-3)
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+    orders = list(range(2, 65)) + [80, 96, 128, 192, 256, 512, 1024]
+    curve = compute_rdp(q=MNIST_KNOWN.sampling_rate, noise_multiplier=1.1, steps=10_000, orders=orders)
+    assert rdp == pytest.approx(get_privacy_spent(orders=orders, rdp=curve, delta=delta)[0], rel=1e-6)
+
+
+def test_pld_is_tighter_than_rdp_and_close_to_the_known_value():
+    delta = 1 / 60000**2
+    pld = pld_epsilon([MNIST_KNOWN], delta)
+    assert 1.10 < pld < 1.20 and pld < epsilon([MNIST_KNOWN], delta)
+
+
+def test_events_compose_by_adding_steps():
+    a, b = PrivacyEvent(1.0, 0.05, 30), PrivacyEvent(1.0, 0.05, 70)
+    assert epsilon([a, b], 1e-5) == pytest.approx(epsilon([PrivacyEvent(1.0, 0.05, 100)], 1e-5))
+    assert epsilon([a], 1e-5) < epsilon([a, b], 1e-5)
+
+
+def test_calibration_gives_the_smallest_sigma_within_the_target():
+    delta, q, steps = 1e-5, 0.01, 500
+    sigma = calibrate_noise(2.0, delta, q, steps)
+    assert epsilon([PrivacyEvent(sigma, q, steps)], delta) <= 2.0 + 1e-3
+    assert epsilon([PrivacyEvent(sigma * 0.95, q, steps)], delta) > 2.0
+    assert epsilon([PrivacyEvent(sigma, q, steps)], delta, backend="pld") < 2.0  # RDP's σ is safe under PLD
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"noise_multiplier": 0.0},
+        {"noise_multiplier": math.inf},
+        {"clip": -1.0},
+        {"clip": math.nan},
+        {"epsilon_budget": 0.0},
+        {"epsilon_budget": math.inf},
+        {"delta": 1.0},
+        {"examples_tolerance": 0.5},
+    ],
+)
+def test_a_policy_that_is_not_positive_and_finite_is_refused(bad):
+    with pytest.raises(ValueError):
+        PrivacyPolicy(**bad)
+    with pytest.raises(ValueError):
+        calibrate_noise(-1.0, 1e-5, 0.1, 10)
+
+
+def dp_core(
+    store: MemoryStore, policy: PrivacyPolicy, *, dp_graph: bool = True, batch: int = 50
+) -> Coordinator:
+    core = Coordinator(
+        store=store,
+        profiler=BatchSizer(mean=batch),
+        strategy_factory=lambda: make_strategy("dynsgd", learning_rate=0.1),
+        privacy=policy,
+    )
+    core.start()
+    if core.run is None:
+        bundle = builtin("mlp")
+        if dp_graph and not bundle.manifest.has_dp_graph:  # the coordinator only reads the manifest's promise
+            names = tuple(
+                f"dp_{n}" for n in bundle.manifest.grad_names or [p.name for p in bundle.manifest.params]
+            )
+            bundle = dataclasses.replace(
+                bundle, manifest=dataclasses.replace(bundle.manifest, dp_grad_names=names)
+            )
+        if not dp_graph and bundle.manifest.has_dp_graph:
+            bundle = dataclasses.replace(
+                bundle, manifest=dataclasses.replace(bundle.manifest, dp_grad_names=())
+            )
+        core.add_model(bundle, actor="test")
+    return core
+
+
+def ask(core: Coordinator, device, examples: object = 200) -> TaskGrant | Rejection:
+    return core.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 20), local_examples=examples))
+
+
+def test_dp_tasks_carry_the_terms_and_the_budget_stops_the_device():
+    store = MemoryStore()
+    core = dp_core(store, PrivacyPolicy(clip=1.0, noise_multiplier=3.0, epsilon_budget=3.0))
+    device, _ = core.enroll("Pixel")
+    grants = []
+    while len(grants) < 100:
+        answer = ask(core, device)
+        if isinstance(answer, Rejection):
+            break
+        grants.append(answer)
+    assert isinstance(answer, Rejection) and answer.reason == "privacy_budget_exhausted", answer
+    assert answer.retry_after >= 600
+    first = grants[0].dp
+    assert first["clip"] == 1.0 and first["noise_multiplier"] == 3.0 and first["sampling_rate"] == 50 / 200
+    assert first["delta"] == pytest.approx(1 / 200**2)
+    view = core.privacy.device_view(device.device_id, tight=True)
+    assert view["tasks"] == len(grants) >= 2 and view["exhausted"]
+    assert view["epsilon"] <= 3.0 < epsilon([PrivacyEvent(3.0, 0.25, len(grants) + 1)], 1 / 200**2)
+    assert view["epsilon_pld"] < view["epsilon"]
+    assert len(store.privacy_charges()) == len(grants)  # the refused request was not charged
+    # the ledger outlives a restart: the same ε, the same refusal
+    restarted = dp_core(store, core.privacy_policy)
+    assert restarted.privacy.device_view(device.device_id)["epsilon"] == pytest.approx(view["epsilon"])
+    assert ask(restarted, device).reason == "privacy_budget_exhausted"
+    assert core.privacy.overview()["epsilon_max"] == pytest.approx(view["epsilon"])
+
+
+@pytest.mark.parametrize("examples", [None, 0, -5, 2.5, True, "200", 10**10])
+def test_a_bad_local_dataset_size_is_refused_and_not_charged(examples):
+    store = MemoryStore()
+    core = dp_core(store, PrivacyPolicy())
+    device, _ = core.enroll("Pixel")
+    with pytest.raises(InvalidInput):
+        ask(core, device, examples)
+    assert store.privacy_charges() == []
+
+
+def test_a_dataset_size_that_jumps_between_tasks_is_refused():
+    store = MemoryStore()
+    core = dp_core(store, PrivacyPolicy(examples_tolerance=2.0))
+    device, _ = core.enroll("Pixel")
+    assert isinstance(ask(core, device, 200), TaskGrant)
+    assert isinstance(ask(core, device, 390), TaskGrant)  # within 2x (± 16)
+    with pytest.raises(InvalidInput, match="changed from 390 to 1000"):
+        ask(core, device, 1000)
+    assert len(store.privacy_charges()) == 2
+
+
+def test_a_model_without_a_dp_graph_gets_no_dp_tasks():
+    core = dp_core(MemoryStore(), PrivacyPolicy(), dp_graph=False)
+    device, _ = core.enroll("Pixel")
+    answer = ask(core, device)
+    assert isinstance(answer, Rejection) and answer.reason == "dp_unsupported"
+
+
+def test_a_device_holding_fewer_examples_than_the_batch_samples_all_it_has():
+    core = dp_core(MemoryStore(), PrivacyPolicy(), batch=50)
+    device, _ = core.enroll("Pixel")
+    grant = ask(core, device, 30)
+    assert grant.batch_size == 30 and grant.dp["sampling_rate"] == 1.0 and grant.dp["expected_batch"] == 30
+
+
+def push(core: Coordinator, device, grant: TaskGrant, gradient: np.ndarray, batch: int) -> object:
+    counts = np.zeros(10, np.int64)
+    counts[0] = batch
+    return core.submit(
+        device, grant.task_id, TaskResult(counts, 1.0, 10.0, None, batch, gradient, grant.task_id)
+    )
+
+
+def test_a_push_no_clipped_noised_gradient_could_produce_is_refused():
+    policy = PrivacyPolicy(clip=1.0, noise_multiplier=1.0)
+    core = dp_core(MemoryStore(), policy)
+    device, _ = core.enroll("Pixel")
+    n = core.run.manifest.num_params
+    rng = np.random.default_rng(0)
+    grant = ask(core, device)
+    # what an honest device sends: B clipped examples (norm ≤ C) plus N(0, σ²C²) noise, over B
+    examples = rng.normal(size=(grant.batch_size, n))
+    examples /= np.maximum(1.0, np.linalg.norm(examples, axis=1, keepdims=True))
+    honest = ((examples.sum(0) + rng.normal(0, 1.0, n)) / grant.batch_size).astype(np.float32)
+    assert push(core, device, grant, honest, grant.batch_size).applied
+    bound = PrivacyLedger(policy).gradient_bound(grant.batch_size, n)
+    skipped = ask(core, device)  # a device that skipped clipping: 10x the bound
+    with pytest.raises(InvalidInput, match="exceeds the bound"):
+        push(core, device, skipped, np.full(n, 10 * bound / math.sqrt(n), np.float32), skipped.batch_size)
+    too_many = ask(core, device)
+    with pytest.raises(InvalidInput, match="batch_size"):
+        push(core, device, too_many, honest, poisson_ceiling(too_many.batch_size) + 1)
+
+
+def test_the_poisson_ceiling_holds_binomial_batches():
+    rng = np.random.default_rng(1)
+    for b, n in [(1, 10), (50, 200), (100, 100_000)]:
+        assert rng.binomial(n, b / n, size=100_000).max() <= poisson_ceiling(b)
