@@ -32,6 +32,7 @@ __all__ = [
     "pld_epsilon",
     "rdp_epsilon",
     "rdp_of",
+    "replace_one_rdp",
 ]
 
 MECHANISM = "dpsgd-poisson-gaussian/1"
@@ -198,3 +199,24 @@ def norm_laplace_bound(clip: float, scale: float, d: int, sampler: str) -> float
 def _check_delta(delta: float) -> None:
     if not (math.isfinite(delta) and 0 < delta < 1):
         raise ValueError(f"δ must be in (0, 1), got {delta}")
+
+
+def replace_one_rdp(noise_multiplier: float, sample_size: int, population: int, count: int) -> np.ndarray:
+    """The RDP curve (``ORDERS``) of ``count`` Gaussian steps on ``sample_size`` examples drawn without
+    replacement from ``population``, under replace-one adjacency; ``noise_multiplier`` is the noise std over
+    the replace-one sensitivity (dp-accounting's bound, Wang-Balle-Kasiviswanathan Thm. 27).
+
+    Not what the ledger charges (Poisson, add/remove): it is the mechanism closed forms such as
+    A(DP)²SGD's Theorem 2 are stated for, so they can be checked against a numeric accountant."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    if not 1 <= sample_size <= population:
+        raise ValueError(f"need 1 <= sample_size <= population, got {sample_size} of {population}")
+    PrivacyEvent(noise_multiplier, sample_size / population, count)  # validates σ and count
+    accountant = RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.REPLACE_ONE)
+    step = dp_accounting.SampledWithoutReplacementDpEvent(
+        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier)
+    )
+    accountant.compose(dp_accounting.SelfComposedDpEvent(step, count))
+    return np.array(accountant.rdp, dtype=np.float64)
