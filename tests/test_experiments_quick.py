@@ -186,3 +186,18 @@ def test_vandijk_quick_runs_the_three_parts_with_the_ledgers_epsilon(tmp_path):
     assert inc["rounds"] < constant[0]["rounds"] and constant[0]["epsilon"] > 0
     assert inc["aggregated_noise_in_C"] == pytest.approx(8.0 * inc["rounds"] ** 0.5)
     assert "Seed claim" in (tmp_path / "vandijk-quick.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_adp2sgd_quick_compares_sync_and_gossip_with_the_ledgers_epsilon(tmp_path):
+    run_experiment("adp2sgd", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "adp2sgd-quick")
+    row = data["summary"]["table1"]["logreg"]["medium"]
+    assert row["gap"] == pytest.approx(row["adp2sgd"] - row["sync"])
+    assert 0 < row["sync_epsilon"] <= row["adp2sgd_epsilon"] * 1.05  # per learner, same σ and q
+    case2 = data["summary"]["wall_clock"]["logreg"]["one-10x"]
+    assert case2["sync_total_seconds"] > 5 * case2["adp2sgd_total_seconds"]  # SYNC waits for the slow one
+    slow = next(r for r in data["runs"] if r["case"] == "one-10x" and r["method"] == "adp2sgd")
+    assert slow["steps_per_learner"][0] < 0.2 * max(slow["steps_per_learner"])
+    text = (tmp_path / "adp2sgd-quick.md").read_text()
+    assert "compare the gaps" in text.lower() and "EfficientNet-B0" in text and "Theorem 2" in text
