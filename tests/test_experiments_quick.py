@@ -186,3 +186,25 @@ def test_vandijk_quick_runs_the_three_parts_with_the_ledgers_epsilon(tmp_path):
     assert inc["rounds"] < constant[0]["rounds"] and constant[0]["epsilon"] > 0
     assert inc["aggregated_noise_in_C"] == pytest.approx(8.0 * inc["rounds"] ** 0.5)
     assert "Seed claim" in (tmp_path / "vandijk-quick.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
+    data = run_experiment("kardam", quick=True, out_dir=tmp_path)
+    outputs_exist(tmp_path, "kardam-quick")
+    tables = data["summary"]["tables"]
+    assert set(tables) == {"clean/exp", "clean/inverse", "attack/kardam", "attack/no-filter", "dp/1"}
+    for run in data["runs"]:
+        c = run["counts"]
+        assert c["honest"] + c["byz"] == run["arm"]["gradients"] or run["diverged"]
+        dropped = (c["honest_lipschitz"] + c["honest_frequency"]) / c["honest"]
+        assert run["honest_drop_ratio"] == pytest.approx(dropped)
+        assert (c["byz"] > 0) == (run["arm"]["attackers"] > 0)
+    # f = 0 is the dampening alone: nothing filtered, so the attack reaches the model
+    no_filter = tables["attack/no-filter"]
+    assert no_filter["honest_drop_ratio"]["median"] == no_filter["byzantine_filtered"]["median"] == 0.0
+    # with the filters on most −10g gradients are dropped, and the quantile drops honest ones too (≈ f/n)
+    assert tables["attack/kardam"]["byzantine_filtered"]["median"] > 0.5
+    assert 0.1 < tables["clean/exp"]["honest_drop_lipschitz"]["median"] < 0.5
+    text = (tmp_path / "kardam-quick.md").read_text()
+    assert "27.9%" in text and "19.6%" in text and "live" not in data["summary"]
