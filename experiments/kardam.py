@@ -101,6 +101,7 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
                              "byz_frequency", "byz_accepted_warmup")}  # fmt: skip
     curve: list[tuple[int, int, float]] = [(0, 0, work.evaluate(params, None)[0])]
     diverged = False
+    coefficients: list[tuple[int, float, bool]] = []  # (version gap of the two gradients, K̂, Byzantine)
     for g in range(arm.gradients):
         w = int(np.argmin(clock))
         clock[w] += order_rng.lognormal(-0.045, 0.3)  # mean ≈ 1
@@ -121,12 +122,15 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
             gradient = sign_flip(gradient)
         who = "byz" if byzantine else "honest"
         counts[who] += 1
-        before = (strategy.dropped_lipschitz, strategy.dropped_frequency, len(strategy.lipschitz))
-        warm = strategy.threshold() is None or f"w{w}" not in strategy.lipschitz
-        arrival = Arrival(
-            f"t{g}", f"w{w}", base, version - base, gradient, np.zeros(10), BATCH, 0.0, float(g)
-        )
+        device = f"w{w}"
+        before = (strategy.dropped_lipschitz, strategy.dropped_frequency, strategy.lipschitz.get(device))
+        warm = strategy.threshold() is None or device not in strategy.lipschitz
+        reference = next((v for v, _ in reversed(strategy.recent.get(device, [])) if v != base), None)
+        arrival = Arrival(f"t{g}", device, base, version - base, gradient, np.zeros(10), BATCH, 0.0, float(g))
         strategy.receive(arrival)
+        coefficient = strategy.lipschitz.get(device)
+        if coefficient is not before[2] and coefficient is not None and reference is not None:
+            coefficients.append((abs(base - reference), coefficient, byzantine))  # a fresh K̂ was taken
         counts[f"{who}_lipschitz"] += strategy.dropped_lipschitz - before[0]
         counts[f"{who}_frequency"] += strategy.dropped_frequency - before[1]
         accepted = (strategy.dropped_lipschitz, strategy.dropped_frequency) == before[:2]
@@ -142,11 +146,25 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
                 if not math.isfinite(loss):
                     diverged = True
                     break
-    return summarise_arm(arm, counts, curve, diverged, strategy.describe())
+    return summarise_arm(arm, counts, curve, diverged, strategy.describe(), coefficients)
+
+
+def by_gap(coefficients: list[tuple[int, float, bool]], byzantine: bool) -> dict[int, float]:
+    """Median K̂ per version gap between a device's two gradients (gaps seen ≥ 5 times): what sets K̂."""
+    groups: dict[int, list[float]] = {}
+    for gap, value, byz in coefficients:
+        if byz == byzantine:
+            groups.setdefault(gap, []).append(value)
+    return {gap: float(np.median(v)) for gap, v in sorted(groups.items()) if len(v) >= 5}
 
 
 def summarise_arm(
-    arm: Arm, counts: dict[str, int], curve: list[tuple[int, int, float]], diverged: bool, state: dict
+    arm: Arm,
+    counts: dict[str, int],
+    curve: list[tuple[int, int, float]],
+    diverged: bool,
+    state: dict,
+    coefficients: list[tuple[int, float, bool]],
 ) -> dict[str, Any]:
     def share(part: int, whole: int) -> float | None:
         return part / whole if whole else None
@@ -170,6 +188,7 @@ def summarise_arm(
         "diverged": diverged,
         "curve": curve,
         "threshold_end": state.get("kardam_threshold"),
+        "lipschitz_by_gap": {"honest": by_gap(coefficients, False), "byzantine": by_gap(coefficients, True)},
     }
 
 
