@@ -5,7 +5,8 @@ default rate, and 10 real ``client.Worker`` threads talking HTTP to it, 3 of the
 The clean fleet is the same coordinator and the same 10 shards with no attacker. Both get the same budget:
 TASKS pushes per worker (so the attacked fleet has 30% fewer honest gradients: the comparison is the
 pessimistic one). Accuracy is the coordinator's own evaluation of its final version on the 1,000 held-out
-digits. The model is ``logreg`` so that 10 workers and the server share 2 cores without timing out.
+digits. One pair of fleets per data seed (SEEDS): the verdict is on the median gap, every pair is shown.
+The model is ``logreg`` so that 10 workers and the server share 2 cores without timing out.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any
 WORKERS, ATTACKERS, F = 10, 3, 3
 TASKS = 60  # per worker
 MODEL = "logreg"
-SEED = 11  # data split and worker seeds; not a tuning seed (nothing is tuned here)
+SEEDS = (11, 12, 13)  # data split and worker seeds, one clean and one attacked fleet each (nothing is tuned)
 
 
-def fleet(workdir: Path, attackers: int, *, tasks: int = TASKS, seed: int = SEED) -> dict[str, Any]:
+def fleet(workdir: Path, attackers: int, *, tasks: int, seed: int) -> dict[str, Any]:
     """One fleet to its budget; returns the coordinator's final accuracy and Kardam's counters."""
     from client import Worker, WorkerConfig
     from server.process import ENROLL, ServerProcess
@@ -105,15 +106,25 @@ def final_stats(server: Any, timeout: float = 60.0) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def measure(workdir: Path, *, tasks: int = TASKS) -> dict[str, Any]:
-    """Clean fleet, then attacked fleet, same budget; the gap and the verdict."""
-    clean = fleet(workdir / "clean", 0, tasks=tasks)
-    attacked = fleet(workdir / "attacked", ATTACKERS, tasks=tasks)
-    gap = (clean["accuracy"] or 0.0) - (attacked["accuracy"] or 0.0)
+def measure(workdir: Path, *, tasks: int = TASKS, seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
+    """Per seed a clean fleet, then an attacked one, same budget; the gaps and the verdict on their median
+    (a single pair is within run-to-run noise of 2 points, so every pair is reported)."""
+    import numpy as np
+
+    pairs = []
+    for seed in seeds:
+        clean = fleet(workdir / f"clean-{seed}", 0, tasks=tasks, seed=seed)
+        attacked = fleet(workdir / f"attacked-{seed}", ATTACKERS, tasks=tasks, seed=seed)
+        gap = (clean["accuracy"] or 0.0) - (attacked["accuracy"] or 0.0)
+        pairs.append({"seed": seed, "clean": clean, "attacked": attacked, "gap": gap, "met": gap <= 0.02})
+    median = float(np.median([p["gap"] for p in pairs]))
+    first = pairs[0]["clean"]
     setup = (
-        f"`fleet serve` on loopback, FLEET_KARDAM=true (f = {F}, exp(−0.2τ)) around {clean['strategy']}"
-        f" at its default rate {clean['learning_rate']}, model {MODEL}; {WORKERS} `client.Worker` threads"
-        f" over HTTP, IID shards (data seed {SEED}), {tasks} tasks per worker in both fleets; accuracy = the"
-        " coordinator's evaluation of its final version on 1,000 held-out digits; one run per fleet."
+        f"`fleet serve` on loopback, FLEET_KARDAM=true (f = {F}, exp(−0.2τ)) around {first['strategy']}"
+        f" at its default rate {first['learning_rate']}, model {MODEL}; {WORKERS} `client.Worker` threads"
+        f" over HTTP, IID shards, {tasks} tasks per worker in both fleets (so the attacked fleet has 30%"
+        " fewer honest gradients); accuracy = the coordinator's evaluation of its final version on 1,000"
+        f" held-out digits; one clean and one attacked fleet per data seed {list(seeds)}."
     )
-    return {"setup": setup, "clean": clean, "attacked": attacked, "gap": gap, "met": gap <= 0.02}
+    met = sum(p["met"] for p in pairs)
+    return {"setup": setup, "pairs": pairs, "gap_median": median, "met_pairs": met, "met": median <= 0.02}

@@ -176,22 +176,23 @@ def live_markdown(live: dict[str, Any]) -> list[str]:
         "",
         live["setup"],
         "",
-        "| fleet | attackers | final accuracy | versions | gradients | Kardam dropped (Lipschitz / frequency)"
-        " | wall s |",
-        "|---|---|---|---|---|---|---|",
+        "| seed | fleet | final accuracy | versions | gradients | attacker pushes applied | honest pushes"
+        " dropped | Kardam dropped (Lipschitz / frequency) | gap (points) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for key in ("clean", "attacked"):
-        r = live[key]
-        lines.append(
-            f"| {key} | {r['attackers']} | {r['accuracy']:.4f} | {r['version']} | {r['gradients']} |"
-            f" {r['dropped_lipschitz']} / {r['dropped_frequency']} | {r['seconds']:.0f} |"
-        )
+    for pair in live["pairs"]:
+        for key in ("clean", "attacked"):
+            r = pair[key]
+            gap = f"{100 * pair['gap']:.1f}" if key == "attacked" else ""
+            lines.append(
+                f"| {pair['seed']} | {key} | {r['accuracy']:.3f} | {r['version']} | {r['gradients']} |"
+                f" {r['attacker_applied']} of {r['attacker_pushes']} | {r['honest_dropped']} of"
+                f" {r['honest_pushes']} | {r['dropped_lipschitz']} / {r['dropped_frequency']} | {gap} |"
+            )
     lines += [
         "",
-        f"Attacker pushes applied with weight > 0: {live['attacked']['attacker_applied']} of"
-        f" {live['attacked']['attacker_pushes']}; honest pushes dropped:"
-        f" {live['attacked']['honest_dropped']} of {live['attacked']['honest_pushes']}.",
-        f"Target (attacked within 2 points of clean): gap {100 * live['gap']:.2f} points →"
+        f"Target (attacked within 2 points of clean): median gap {100 * live['gap_median']:.1f} points,"
+        f" within 2 points on {live['met_pairs']} of {len(live['pairs'])} seeds →"
         f" **{'met' if live['met'] else 'missed'}**.",
     ]
     return lines

@@ -208,3 +208,21 @@ def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
     assert 0.1 < tables["clean/exp"]["honest_drop_lipschitz"]["median"] < 0.5
     text = (tmp_path / "kardam-quick.md").read_text()
     assert "27.9%" in text and "19.6%" in text and "live" not in data["summary"]
+
+
+def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
+    from experiments.kardam_report import live_markdown
+
+    def fleet(accuracy: float, attackers: int) -> dict:
+        return {"accuracy": accuracy, "version": 100, "gradients": 600, "attacker_applied": 1,
+                "attacker_pushes": 60 * attackers, "honest_dropped": 5, "honest_pushes": 600 - 60 * attackers,
+                "dropped_lipschitz": 3, "dropped_frequency": 2}  # fmt: skip
+
+    pairs = [
+        {"seed": s, "clean": fleet(0.9, 0), "attacked": fleet(0.9 - g, 3), "gap": g, "met": g <= 0.02}
+        for s, g in ((11, 0.01), (12, 0.05), (13, 0.015))
+    ]
+    live = {"setup": "setup", "pairs": pairs, "gap_median": 0.015, "met_pairs": 2, "met": True}
+    text = "\n".join(live_markdown(live))
+    assert text.count("| attacked |") == 3 and "| 12 | attacked | 0.850 |" in text
+    assert "median gap 1.5 points, within 2 points on 2 of 3 seeds → **met**" in text
