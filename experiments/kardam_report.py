@@ -193,7 +193,7 @@ def live_markdown(live: dict[str, Any]) -> list[str]:
         "",
         f"Target (attacked within 2 points of clean): median gap {100 * live['gap_median']:.1f} points,"
         f" within 2 points on {live['met_pairs']} of {len(live['pairs'])} seeds →"
-        f" **{'met' if live['met'] else 'missed'}**.",
+        f" **{'met' if live['met'] else 'missed'}**. {live.get('history', '')}",
     ]
     return lines
 
