@@ -121,7 +121,8 @@ def markdown(data: dict[str, Any], name: str) -> str:
             f"| {row['label']} | {_pct(row['honest_drop_ratio'])} ({_pct(row['honest_drop_lipschitz'])} /"
             f" {_pct(row['honest_drop_frequency'])}) | {_pct(row['byzantine_filtered'])} |"
             f" {_count(row['updates_to_target'], int(row['updates']['max'] or 0))} |"
-            f" {_count(row['gradients_to_target'], s['gradients_per_run'])} | {_pct(row['final_accuracy'])} |"
+            f" {_count(row['gradients_to_target'], s['gradients_per_run'])} | {_pct(row['final_accuracy'])}"
+            f"{f', diverged on {d} of {n}' if (d := row['diverged']) else ''} |"
         )
     warm = t["attack/kardam"]["byz_accepted_warmup"]
     g = s["targets"]
