@@ -29,6 +29,7 @@ EXPERIMENTS: dict[str, str] = {
     "mapa": "experiments.mapa",
     "vandijk": "experiments.vandijk",
     "adp2sgd": "experiments.adp2sgd",
+    "kardam": "experiments.kardam",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

@@ -187,6 +187,11 @@ def demo(
     dp_tasks: Annotated[
         int, typer.Option(min=1, help="with --dp-epsilon: σ lets this many full tasks fit")
     ] = 30,
+    attackers: Annotated[int, typer.Option(min=0, help="how many phones are Byzantine")] = 0,
+    attack: Annotated[
+        str, typer.Option(help="with --attackers: sign-flip, gaussian, label-flip or stale-replay")
+    ] = "sign-flip",
+    kardam: Annotated[bool, typer.Option(help="Kardam's Byzantine filters around the strategy")] = False,
 ) -> None:
     """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
     from fleet.demo import DemoConfig, run_demo
@@ -206,6 +211,9 @@ def demo(
                 linger=linger,
                 dp_epsilon=dp_epsilon,
                 dp_tasks=dp_tasks,
+                attackers=attackers,
+                attack=attack,
+                kardam=kardam,
             )
         )
     )

@@ -44,6 +44,21 @@ class DemoConfig:
     linger: float | None = None  # after the run, keep the coordinator up this long (None: until Ctrl-C)
     dp_epsilon: float | None = None  # DP-SGD on every phone with this ε budget per device (None: off)
     dp_tasks: int = 30  # the σ is calibrated so that this many tasks at the largest batch spend the budget
+    attackers: int = (
+        0  # the first this many phones are Byzantine (client/_attacks.py), to show Kardam at work
+    )
+    attack: str = "sign-flip"
+    kardam: bool = False  # FLEET_KARDAM: Kardam's filters around the strategy (server/strategies/kardam.py)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.attackers <= self.devices:
+            raise ValueError(
+                f"attackers must be between 0 and devices ({self.devices}), got {self.attackers}"
+            )
+        from client._attacks import ATTACKS
+
+        if self.attack not in ATTACKS:
+            raise ValueError(f"unknown attack {self.attack!r}; known: {list(ATTACKS)}")
 
 
 DP_MAX_BATCH = 100  # with DP a phone's 200 digits are Poisson-sampled at q = B/200 ≤ 0.5
@@ -85,7 +100,30 @@ def _server_env(
         "FLEET_EVAL_EVERY_VERSIONS": "25",
         "FLEET_EVAL_INTERVAL_S": "2",
         "FLEET_TARGET_ACCURACY": str(cfg.target),
+        **({"FLEET_KARDAM": "true"} if cfg.kardam else {}),
     }
+
+
+def worker_configs(cfg: DemoConfig, shards: list[Path], base: str, enrollment_key: str) -> list[Any]:
+    """One phone per shard: phone classes dealt in turn, the first ``cfg.attackers`` running the attack."""
+    from client import WorkerConfig
+
+    configs = []
+    for i, shard in enumerate(shards):
+        phone, ms = PHONES[i % len(PHONES)]
+        configs.append(
+            WorkerConfig(
+                base_url=base,
+                enrollment_key=enrollment_key,
+                data=shard,
+                device_model=phone,
+                min_ms_per_sample=ms,
+                seed=cfg.seed * 1000 + i,
+                max_seconds=cfg.minutes * 60,
+                attack=cfg.attack if i < cfg.attackers else None,  # type: ignore[arg-type]
+            )
+        )
+    return configs
 
 
 def _wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
@@ -140,6 +178,17 @@ def _summary(
             f"{strategy.get('strategy', '-')} ({strategy.get('learning_rate', '-')})",
         ),
         ("mean applied weight", f"{stats['weight_mean']:.3f}" if stats["weight_mean"] else "-"),
+        *(
+            [
+                (
+                    "Kardam dropped (Lipschitz / frequency)",
+                    f"{strategy['kardam_dropped_lipschitz']} / {strategy['kardam_dropped_frequency']}"
+                    f" of {strategy['kardam_received']}",
+                )
+            ]
+            if "kardam_received" in strategy
+            else []
+        ),  # fmt: skip
         (
             "batch size L min / p50 / max",
             f"{stats['batch_size_min']} / {stats['batch_size_p50']:.0f} / {stats['batch_size_max']}",
@@ -158,7 +207,7 @@ def _summary(
 
 def run_demo(cfg: DemoConfig) -> int:
     """Run the demo; returns the process exit code (0 when 0.90 accuracy was reached)."""
-    from client import DeviceData, Worker, WorkerConfig
+    from client import DeviceData, Worker
     from sim.data import write_shards
 
     console = Console()
@@ -174,6 +223,11 @@ def run_demo(cfg: DemoConfig) -> int:
         console.print(
             f"Differential privacy: DP-SGD on every phone, ε budget {cfg.dp_epsilon:g} per device, "
             f"σ = {float(dp_env['FLEET_DP_NOISE_MULTIPLIER']):.3f}, C = 1, batch ≤ {DP_MAX_BATCH}"
+        )
+    if cfg.attackers or cfg.kardam:
+        console.print(
+            f"Byzantine: {cfg.attackers} of {cfg.devices} phones run the {cfg.attack} attack; "
+            f"Kardam's filters {'on' if cfg.kardam else 'off'}"
         )
     enrollment_key, admin_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     console_password = secrets.token_urlsafe(12)
@@ -198,17 +252,7 @@ def run_demo(cfg: DemoConfig) -> int:
         console.print("Watch it live in the " + login)
         started = time.monotonic()  # training starts now: the times reported exclude the server's start-up
         threads, workers = [], []
-        for i, shard in enumerate(shards):
-            phone, ms = PHONES[i % len(PHONES)]
-            config = WorkerConfig(
-                base_url=base,
-                enrollment_key=enrollment_key,
-                data=shard,
-                device_model=phone,
-                min_ms_per_sample=ms,
-                seed=cfg.seed * 1000 + i,
-                max_seconds=cfg.minutes * 60,
-            )
+        for i, config in enumerate(worker_configs(cfg, shards, base, enrollment_key)):
             worker = Worker(config, on_report=lambda _r: tasks.__setitem__(0, tasks[0] + 1))
             workers.append(worker)
             thread = threading.Thread(target=worker.run, args=(stop,), name=f"device-{i}", daemon=True)

@@ -201,3 +201,43 @@ def test_adp2sgd_quick_compares_sync_and_gossip_with_the_ledgers_epsilon(tmp_pat
     assert slow["steps_per_learner"][0] < 0.2 * max(slow["steps_per_learner"])
     text = (tmp_path / "adp2sgd-quick.md").read_text()
     assert "compare the gaps" in text.lower() and "EfficientNet-B0" in text and "Theorem 2" in text
+
+
+@pytest.mark.timeout(120)
+def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
+    data = run_experiment("kardam", quick=True, out_dir=tmp_path)
+    outputs_exist(tmp_path, "kardam-quick")
+    tables = data["summary"]["tables"]
+    assert set(tables) == {"clean/exp", "clean/inverse", "attack/kardam", "attack/no-filter", "dp/1"}
+    for run in data["runs"]:
+        c = run["counts"]
+        assert c["honest"] + c["byz"] == run["arm"]["gradients"] or run["diverged"]
+        dropped = (c["honest_lipschitz"] + c["honest_frequency"]) / c["honest"]
+        assert run["honest_drop_ratio"] == pytest.approx(dropped)
+        assert (c["byz"] > 0) == (run["arm"]["attackers"] > 0)
+    # f = 0 is the dampening alone: nothing filtered, so the attack reaches the model
+    no_filter = tables["attack/no-filter"]
+    assert no_filter["honest_drop_ratio"]["median"] == no_filter["byzantine_filtered"]["median"] == 0.0
+    # with the filters on most −10g gradients are dropped, and the quantile drops honest ones too (≈ f/n)
+    assert tables["attack/kardam"]["byzantine_filtered"]["median"] > 0.5
+    assert 0.1 < tables["clean/exp"]["honest_drop_lipschitz"]["median"] < 0.5
+    text = (tmp_path / "kardam-quick.md").read_text()
+    assert "27.9%" in text and "19.6%" in text and "live" not in data["summary"]
+
+
+def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
+    from experiments.kardam_report import live_markdown
+
+    def fleet(accuracy: float, attackers: int) -> dict:
+        return {"accuracy": accuracy, "version": 100, "gradients": 600, "attacker_applied": 1,
+                "attacker_pushes": 60 * attackers, "honest_dropped": 5, "honest_pushes": 600 - 60 * attackers,
+                "dropped_lipschitz": 3, "dropped_frequency": 2}  # fmt: skip
+
+    pairs = [
+        {"seed": s, "clean": fleet(0.9, 0), "attacked": fleet(0.9 - g, 3), "gap": g, "met": g <= 0.02}
+        for s, g in ((11, 0.01), (12, 0.05), (13, 0.015))
+    ]
+    live = {"setup": "setup", "pairs": pairs, "gap_median": 0.015, "met_pairs": 2, "met": True}
+    text = "\n".join(live_markdown(live))
+    assert text.count("| attacked |") == 3 and "| 12 | attacked | 0.850 |" in text
+    assert "median gap 1.5 points, within 2 points on 2 of 3 seeds → **met**" in text
