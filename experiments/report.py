@@ -67,3 +67,14 @@ def fmt(stats: dict[str, Any], digits: int = 0) -> str:
     if stats.get("censored"):
         text += f", {stats['censored']} of {len(stats['per_seed'])} censored"
     return text
+
+
+def read_results(results: Path, name: str) -> dict[str, Any] | None:
+    """An experiment's JSON under ``results``, or None when it has not been run."""
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def results_link(name: str) -> str:
+    """A README link to a file under docs/results/."""
+    return f"[{name}](docs/results/{name})"

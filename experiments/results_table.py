@@ -8,24 +8,17 @@ the file with the ranges, settings and command.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from experiments.report import fmt
+from experiments.report import read_results as _load
+from experiments.report import results_link as _link
+from experiments.results_table_seeds import SEED_SECTIONS
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 Row = tuple[str, str, str, str]  # claim, measured, thesis / target, file
-
-
-def _load(results: Path, name: str) -> dict[str, Any] | None:
-    path = results / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _link(name: str) -> str:
-    return f"[{name}](docs/results/{name})"
 
 
 def _cell(table: dict[str, Any], variant: str, field: str, digits: int = 0) -> str:
@@ -343,6 +336,7 @@ SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     profiler_rows,
     performance_rows,
     wire_rows,
+    *SEED_SECTIONS,
 )
 
 

@@ -25,3 +25,13 @@ def test_update_rewrites_only_the_block(tmp_path):
     # every row has its four cells (a '|' inside a cell is escaped)
     for line in written.splitlines():
         assert line.replace("\\|", "").count("|") == 5
+
+
+def test_every_seed_experiment_has_its_rows_and_a_missing_one_is_skipped(tmp_path):
+    from experiments.results_table_seeds import SEED_SECTIONS
+
+    rows = [row for section in SEED_SECTIONS for row in section(ROOT / "docs" / "results")]
+    files = {row[3] for row in rows}
+    for name in ("mapa", "vandijk", "adp2sgd"):
+        assert f"[{name}.md](docs/results/{name}.md)" in files
+    assert [row for section in SEED_SECTIONS for row in section(tmp_path)] == []  # nothing run: no rows
