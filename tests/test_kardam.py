@@ -247,6 +247,6 @@ def test_the_settings_choose_the_coefficient_and_the_warmup():
     strategy = build_strategy(Settings(kardam=True, kardam_coefficient="worker", kardam_warmup="drop"))
     assert isinstance(strategy, Kardam) and (strategy.kind, strategy.warmup) == ("worker", "drop")
     default = build_strategy(Settings(kardam=True))
-    assert isinstance(default, Kardam) and (default.kind, default.warmup) == ("server", "accept")
+    assert isinstance(default, Kardam) and (default.kind, default.warmup) == ("worker", "accept")
     with pytest.raises(ValueError):
         Kardam(FedAvgAsync(), coefficient="global")  # type: ignore[arg-type]
