@@ -232,6 +232,19 @@ def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
     assert "Worker- or server-level coefficient (seed 1000 only" in text and "| server, accept | 3 |" in text
 
 
+def test_kardam_live_verdict_counts_the_gap_in_test_digits():
+    from experiments.kardam_live import verdict, within
+
+    assert 0.881 - 0.861 > 0.02 and within(0.881 - 0.861)  # exactly 20 of 1,000 digits
+    assert not within(0.882 - 0.861)
+    pairs = [
+        {"clean": {"accuracy": c}, "attacked": {"accuracy": a}} for c, a in ((0.896, 0.873), (0.881, 0.861))
+    ]
+    out = verdict(pairs)
+    assert [p["met"] for p in out["pairs"]] == [False, True] and out["met_pairs"] == 1
+    assert not out["met"]  # median 2.15 points
+
+
 def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
     from experiments.kardam_report import live_markdown
 
