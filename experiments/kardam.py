@@ -49,6 +49,8 @@ class Arm:
     attackers: int = 0
     filters: bool = True
     dp_noise: float | None = None
+    coefficient: str = "worker"  # Kardam's K̂: "worker" (g vs its own previous) or "server" (vs last accepted)
+    warmup: str = "accept"  # a gradient with no K̂ yet: "accept" (frequency filter only) or "drop"
     lr: float = 0.1
     seed: int = 1
     gradients: int = 2000  # arrivals, honest and Byzantine
@@ -57,7 +59,9 @@ class Arm:
     @property
     def label(self) -> str:
         parts = [f"Λ={self.dampening}", f"{self.attackers}/10 sign-flip" if self.attackers else "clean"]
-        parts.append("Kardam" if self.filters else "no filter (f=0)")
+        parts.append(f"Kardam, {self.coefficient} K̂" if self.filters else "no filter (f=0)")
+        if self.filters and self.warmup != "accept":
+            parts.append(f"warm-up {self.warmup}")
         if self.dp_noise is not None:
             parts.append(f"DP σ/C={self.dp_noise:g}")
         return ", ".join(parts)
@@ -91,7 +95,11 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
     work = bench.work
     parts = partition_iid(len(work.train), WORKERS, np.random.default_rng([arm.seed, 9]))
     strategy = Kardam(
-        FedAvgAsync(learning_rate=arm.lr, k=1), f=F if arm.filters else 0, dampening=arm.dampening
+        FedAvgAsync(learning_rate=arm.lr, k=1),
+        f=F if arm.filters else 0,
+        dampening=arm.dampening,
+        coefficient=arm.coefficient,  # type: ignore[arg-type]
+        warmup=arm.warmup,  # type: ignore[arg-type]
     )
     for w in range(WORKERS):
         strategy.on_register(f"w{w}")
@@ -124,11 +132,11 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
         counts[who] += 1
         device = f"w{w}"
         before = (strategy.dropped_lipschitz, strategy.dropped_frequency, strategy.lipschitz.get(device))
-        warm = strategy.threshold() is None or device not in strategy.lipschitz
-        reference = next((v for v, _ in reversed(strategy.recent.get(device, [])) if v != base), None)
+        warm = strategy.threshold() is None
         arrival = Arrival(f"t{g}", device, base, version - base, gradient, np.zeros(10), BATCH, 0.0, float(g))
         strategy.receive(arrival)
-        coefficient = strategy.lipschitz.get(device)
+        coefficient, reference = strategy.lipschitz.get(device), strategy.reference
+        warm = warm or reference is None
         if coefficient is not before[2] and coefficient is not None and reference is not None:
             coefficients.append((abs(base - reference), coefficient, byzantine))  # a fresh K̂ was taken
         counts[f"{who}_lipschitz"] += strategy.dropped_lipschitz - before[0]
@@ -223,6 +231,16 @@ def _brief(r: dict[str, Any]) -> dict[str, Any]:
     return {k: r[k] for k in keys}
 
 
+def _compared(r: dict[str, Any]) -> dict[str, Any]:
+    keys = ("label", "honest_drop_ratio", "honest_drop_lipschitz", "honest_drop_frequency")
+    keys += ("byzantine_filtered", "updates_to_target", "final_accuracy", "diverged", "lipschitz_by_gap")
+    return (
+        {k: r[k] for k in keys}
+        | {k: r["arm"][k] for k in ("coefficient", "warmup", "attackers")}
+        | {"byz_accepted_warmup": r["counts"]["byz_accepted_warmup"]}
+    )
+
+
 def arms(cfg: dict[str, Any], lrs: dict[str, float]) -> list[Arm]:
     common = {"gradients": cfg["gradients"], "eval_every": cfg["eval_every"]}
     out = []
@@ -237,6 +255,23 @@ def arms(cfg: dict[str, Any], lrs: dict[str, float]) -> list[Arm]:
     return out
 
 
+def compare(bench: Bench, cfg: dict[str, Any], lrs: dict[str, float]) -> list[dict[str, Any]]:
+    """The two coefficients (and the warm-up that drops a gradient with no K̂), clean and attacked, on
+    TUNE_SEED only: this comparison chose the default (worker), so it must not see the reported seeds."""
+    common = {
+        "lr": lrs["exp"],
+        "seed": TUNE_SEED,
+        "gradients": cfg["gradients"],
+        "eval_every": cfg["eval_every"],
+    }
+    variants = [
+        Arm("exp", attackers=attackers, coefficient=coefficient, warmup=warmup, **common)
+        for coefficient, warmup in (("worker", "accept"), ("server", "accept"), ("worker", "drop"))
+        for attackers in (0, 3)
+    ]
+    return [simulate(bench, arm) for arm in variants]
+
+
 def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     """Tune, run every arm, write the outputs; the full mode then adds the real-API measurement."""
     from experiments.kardam_report import summarise, write_outputs
@@ -246,7 +281,9 @@ def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     bench = Bench()
     lrs, tuning = tune(bench, cfg)
     runs = [simulate(bench, arm) for arm in arms(cfg, lrs)]
-    payload = {"summary": summarise(runs, lrs, cfg, quick), "tuning": tuning, "runs": runs}
+    compared = compare(bench, cfg, lrs)
+    summary = summarise(runs, lrs, cfg, quick) | {"coefficients": [_compared(r) for r in compared]}
+    payload = {"summary": summary, "tuning": tuning, "runs": runs}
     data = write_json(out_dir, name, payload)
     write_outputs(data, out_dir, name)
     if cfg["live"]:

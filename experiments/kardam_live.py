@@ -23,8 +23,34 @@ MODEL = "logreg"
 SEEDS = (11, 12, 13)  # data split and worker seeds, one clean and one attacked fleet each (nothing is tuned)
 HISTORY = (  # disclosed with the result: the design changed after a first measurement
     "The first measurement was a single pair on seed 11 (gap 2.3 points: missed); the three-seed design"
-    " replaced it after that result, and seed 11 misses again above."
+    " replaced it after that result, and seed 11 misses again above. A later rerun of all three pairs"
+    " (after the server-level coefficient option was added; these fleets keep the worker-level default)"
+    " measured the gaps above where the run before it measured 3.8, 1.9 and 1.8 points (median 1.9, met):"
+    " the live verdict moves with run-to-run noise. That rerun's verdict first printed 'missed': 0.881 −"
+    " 0.861 is 0.020000000000000018 in floating point; gaps are now compared at the evaluation's"
+    " resolution (one digit in 1,000) and the verdict was recomputed from the same measured accuracies."
 )
+TEST_DIGITS = (
+    1000  # the coordinator evaluates on this many held-out digits: accuracies are multiples of 1/1000
+)
+
+
+def within(gap: float, points: float = 2.0) -> bool:
+    """Gap ≤ ``points`` counted in test digits, so a float difference of two accuracies (0.881 − 0.861 =
+    0.020000000000000018) does not turn exactly 2.0 points into a miss."""
+    return round(gap * TEST_DIGITS) <= round(points / 100 * TEST_DIGITS)
+
+
+def verdict(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each pair's gap and verdict, their median and the verdict on it (2 points)."""
+    import numpy as np
+
+    for pair in pairs:
+        pair["gap"] = (pair["clean"]["accuracy"] or 0.0) - (pair["attacked"]["accuracy"] or 0.0)
+        pair["met"] = within(pair["gap"])
+    median = float(np.median([p["gap"] for p in pairs]))
+    met = sum(p["met"] for p in pairs)
+    return {"pairs": pairs, "gap_median": median, "met_pairs": met, "met": within(median), "history": HISTORY}
 
 
 def fleet(workdir: Path, attackers: int, *, tasks: int, seed: int) -> dict[str, Any]:
@@ -113,15 +139,11 @@ def final_stats(server: Any, timeout: float = 60.0) -> dict[str, Any]:
 def measure(workdir: Path, *, tasks: int = TASKS, seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
     """Per seed a clean fleet, then an attacked one, same budget; the gaps and the verdict on their median
     (a single pair is within run-to-run noise of 2 points, so every pair is reported)."""
-    import numpy as np
-
     pairs = []
     for seed in seeds:
         clean = fleet(workdir / f"clean-{seed}", 0, tasks=tasks, seed=seed)
         attacked = fleet(workdir / f"attacked-{seed}", ATTACKERS, tasks=tasks, seed=seed)
-        gap = (clean["accuracy"] or 0.0) - (attacked["accuracy"] or 0.0)
-        pairs.append({"seed": seed, "clean": clean, "attacked": attacked, "gap": gap, "met": gap <= 0.02})
-    median = float(np.median([p["gap"] for p in pairs]))
+        pairs.append({"seed": seed, "clean": clean, "attacked": attacked})
     first = pairs[0]["clean"]
     setup = (
         f"`fleet serve` on loopback, FLEET_KARDAM=true (f = {F}, exp(−0.2τ)) around {first['strategy']}"
@@ -130,12 +152,4 @@ def measure(workdir: Path, *, tasks: int = TASKS, seeds: tuple[int, ...] = SEEDS
         " fewer honest gradients); accuracy = the coordinator's evaluation of its final version on 1,000"
         f" held-out digits; one clean and one attacked fleet per data seed {list(seeds)}."
     )
-    met = sum(p["met"] for p in pairs)
-    return {
-        "setup": setup,
-        "pairs": pairs,
-        "gap_median": median,
-        "met_pairs": met,
-        "met": median <= 0.02,
-        "history": HISTORY,
-    }
+    return {"setup": setup, **verdict(pairs)}

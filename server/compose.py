@@ -39,7 +39,13 @@ def build_strategy(settings: Settings) -> Strategy:
     """The configured strategy, wrapped in Kardam's filters when FLEET_KARDAM is set."""
     strategy = make_strategy(settings.strategy, **strategy_params(settings))
     if settings.kardam:
-        return Kardam(strategy, f=settings.kardam_f, dampening=settings.kardam_dampening)
+        return Kardam(
+            strategy,
+            f=settings.kardam_f,
+            dampening=settings.kardam_dampening,
+            coefficient=settings.kardam_coefficient,
+            warmup=settings.kardam_warmup,
+        )
     return strategy
 
 

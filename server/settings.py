@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     kardam: bool = False
     kardam_f: int = Field(3, ge=0)  # f, the assumed Byzantine devices; n > 3f+1 is checked, only warned
     kardam_dampening: Literal["exp", "inverse"] = "exp"  # Λ(τ) = exp(−0.2τ) or 1/(τ+1)
+    kardam_coefficient: Literal["worker", "server"] = "worker"  # K̂ vs own previous / the last accepted
+    kardam_warmup: Literal["accept", "drop"] = "accept"  # no K̂ yet: frequency filter only / drop
 
     # controller and profiler
     size_drop: float = Field(0.0, ge=0, lt=1)

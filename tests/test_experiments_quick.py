@@ -223,6 +223,26 @@ def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
     assert 0.1 < tables["clean/exp"]["honest_drop_lipschitz"]["median"] < 0.5
     text = (tmp_path / "kardam-quick.md").read_text()
     assert "27.9%" in text and "19.6%" in text and "live" not in data["summary"]
+    # the coefficient comparison runs on the tuning seed only, both kinds, clean and attacked
+    compared = data["summary"]["coefficients"]
+    assert {(r["coefficient"], r["warmup"], r["attackers"]) for r in compared} == {
+        (c, w, a) for c, w in (("worker", "accept"), ("server", "accept"), ("worker", "drop")) for a in (0, 3)
+    }
+    assert all(r["byzantine_filtered"] is None for r in compared if not r["attackers"])
+    assert "Worker- or server-level coefficient (seed 1000 only" in text and "| server, accept | 3 |" in text
+
+
+def test_kardam_live_verdict_counts_the_gap_in_test_digits():
+    from experiments.kardam_live import verdict, within
+
+    assert 0.881 - 0.861 > 0.02 and within(0.881 - 0.861)  # exactly 20 of 1,000 digits
+    assert not within(0.882 - 0.861)
+    pairs = [
+        {"clean": {"accuracy": c}, "attacked": {"accuracy": a}} for c, a in ((0.896, 0.873), (0.881, 0.861))
+    ]
+    out = verdict(pairs)
+    assert [p["met"] for p in out["pairs"]] == [False, True] and out["met_pairs"] == 1
+    assert not out["met"]  # median 2.15 points
 
 
 def test_kardam_live_table_reports_every_seed_and_the_median_verdict():

@@ -166,3 +166,87 @@ def test_the_setting_wraps_whatever_strategy_is_configured():
     assert isinstance(strategy, Kardam) and strategy.inner.name == "fedbuff"
     assert strategy.f == 2 and strategy.dampening == "inverse"
     assert not isinstance(build_strategy(Settings(strategy="fedbuff")), Kardam)
+
+
+# -- the server-level coefficient (§7.2, §7.6.1) and the warm-up option ------------------------------------
+def two_versions(**options) -> Kardam:
+    """A wrapper that holds θ_0 = (0, 0) and θ_1 = (3, 4): ‖θ_1 − θ_0‖ = 5."""
+    strategy = Kardam(FedAvgAsync(learning_rate=0.1, k=1), f=1, **options)
+    strategy._remember(0, np.zeros(2, np.float32))
+    strategy._remember(1, np.array([3, 4], np.float32))
+    return strategy
+
+
+def test_server_coefficient_is_the_distance_to_the_last_accepted_over_the_models_distance():
+    strategy = two_versions(coefficient="server")
+    assert strategy.receive(arrival("a", [1, 0], version=0, task="t0")) > 0  # nothing accepted yet: warm-up
+    # another device, another version: ‖(1, 3) − (1, 0)‖ / ‖θ_1 − θ_0‖ = 3 / 5
+    assert strategy.coefficient(arrival("b", [1, 3], version=1)) == pytest.approx(0.6)
+    assert strategy.reference == 0
+    # the worker-level one has nothing for b's first gradient
+    assert two_versions(coefficient="worker").coefficient(arrival("b", [1, 3], version=1)) is None
+
+
+def test_server_coefficient_skips_an_accepted_gradient_on_the_candidates_own_version():
+    strategy = two_versions(coefficient="server")
+    strategy.receive(arrival("a", [1, 0], version=0, task="t0"))
+    assert strategy.coefficient(arrival("c", [2, 0], version=0)) is None  # only θ_0 to compare with: no K̂
+    assert strategy.receive(arrival("b", [1, 3], version=1, task="t1")) > 0
+    # the last accepted is on version 1 too, so the reference is a's, on version 0: ‖(4, 0) − (1, 0)‖ / 5
+    assert strategy.coefficient(arrival("c", [4, 0], version=1)) == pytest.approx(0.6)
+    assert strategy.coefficient(arrival("c", [1, 3], version=0)) == pytest.approx(0.0)  # b's is the latest
+
+
+def test_server_coefficient_drops_a_sign_flipped_candidate():
+    strategy = two_versions(coefficient="server")
+    strategy._remember(2, np.array([6, 8], np.float32))
+    honest = np.array([1.0, 1.0])
+    for i, (device, version) in enumerate([("a", 0), ("b", 1), ("c", 2), ("d", 0), ("a", 1), ("b", 2)]):
+        assert strategy.receive(arrival(device, honest + 0.01 * i, version=version, task=f"t{i}")) > 0
+    before = strategy.dropped_lipschitz
+    assert strategy.receive(arrival("e", -10 * honest, version=1, task="bad")) == 0.0
+    assert strategy.dropped_lipschitz == before + 1
+    assert strategy.accepted[-1][1][0] > 0  # the dropped one never becomes the reference
+
+
+@pytest.mark.parametrize("coefficient", ["server", "worker"])
+def test_sign_flip_attackers_are_dropped_with_either_coefficient(coefficient: str):
+    strategy = Kardam(FedAvgAsync(learning_rate=0.05, k=1), f=3, coefficient=coefficient)  # type: ignore[arg-type]
+    honest, byzantine = simulate(strategy, seed=1)
+    after_warmup = byzantine[len(byzantine) // 10 :]
+    assert sum(w == 0 for w in after_warmup) / len(after_warmup) >= 0.95
+    assert sum(w == 0 for w in honest[len(honest) // 10 :]) / (len(honest) * 0.9) <= 0.05
+
+
+@pytest.mark.parametrize(("warmup", "passes"), [("accept", True), ("drop", False)])
+def test_a_gradient_without_a_coefficient_waits_when_warmup_is_drop(warmup: str, passes: bool):
+    strategy = Kardam(FedAvgAsync(learning_rate=0.05, k=1), f=1, coefficient="worker", warmup=warmup)  # type: ignore[arg-type]
+    simulate(strategy, devices=6, attackers=0, steps=60)
+    assert strategy.threshold() is not None
+    version = max(strategy.params)
+    weight = strategy.receive(arrival("newcomer", np.zeros(DIM), version=version, task="first"))
+    assert (weight > 0) is passes
+    assert strategy.dropped_lipschitz > 0 or passes
+
+
+def test_the_table_survives_a_restart_only_with_the_same_coefficient():
+    strategy = Kardam(FedAvgAsync(learning_rate=0.05, k=1), f=3, coefficient="server")
+    simulate(strategy, steps=200)
+    state = decode_state(encode_state(strategy.state_dict()))
+    assert state["kardam"]["coefficient"] == "server"
+    same = Kardam(FedAvgAsync(learning_rate=0.05, k=1), f=3, coefficient="server")
+    same.load_state_dict(state)
+    assert same.lipschitz == pytest.approx(strategy.lipschitz) and same.threshold() == strategy.threshold()
+    assert same.accepted == []  # gradients are not persisted: the reference warms up again
+    other = Kardam(FedAvgAsync(learning_rate=0.05, k=1), f=3, coefficient="worker")
+    other.load_state_dict(state)
+    assert other.lipschitz == {} and other.received == strategy.received
+
+
+def test_the_settings_choose_the_coefficient_and_the_warmup():
+    strategy = build_strategy(Settings(kardam=True, kardam_coefficient="worker", kardam_warmup="drop"))
+    assert isinstance(strategy, Kardam) and (strategy.kind, strategy.warmup) == ("worker", "drop")
+    default = build_strategy(Settings(kardam=True))
+    assert isinstance(default, Kardam) and (default.kind, default.warmup) == ("worker", "accept")
+    with pytest.raises(ValueError):
+        Kardam(FedAvgAsync(), coefficient="global")  # type: ignore[arg-type]
