@@ -28,6 +28,7 @@ EXPERIMENTS: dict[str, str] = {
     "dp-staleness": "experiments.dp_staleness",
     "mapa": "experiments.mapa",
     "vandijk": "experiments.vandijk",
+    "wkafl": "experiments.wkafl",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

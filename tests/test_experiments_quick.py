@@ -186,3 +186,20 @@ def test_vandijk_quick_runs_the_three_parts_with_the_ledgers_epsilon(tmp_path):
     assert inc["rounds"] < constant[0]["rounds"] and constant[0]["epsilon"] > 0
     assert inc["aggregated_noise_in_C"] == pytest.approx(8.0 * inc["rounds"] ** 0.5)
     assert "Seed claim" in (tmp_path / "vandijk-quick.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_wkafl_quick_fills_tables_2_and_3_beside_the_seed(tmp_path):
+    run_experiment("wkafl", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "wkafl-quick")
+    summary = data["summary"]
+    assert set(summary["table2"]) == {"100", "150", "300"} and set(summary["table3"]) == {"1", "5", "10"}
+    assert summary["table3"]["1"] == summary["table2"]["300"]  # the same runs, as in the seed's tables
+    for row in [*summary["table2"].values(), *summary["table3"].values()]:
+        assert set(row) == {"wkafl", "twafl", "sasgd"}
+        assert all(0 <= cell["final_accuracy"] <= 1 and cell["stability"] >= 0 for cell in row.values())
+    assert data["tuning"]["seed"] == 100 and {r["seed"] for r in data["runs"]} == {0}  # tuned on another seed
+    assert {len(r["curve"]) for r in data["runs"]} == {11}  # w_0 and every 4th of 40 iterations
+    assert {r["paper_level"] for r in data["runs"]} == {100, 150, 300}
+    text = (tmp_path / "wkafl-quick.md").read_text()
+    assert "*0.9728*" in text and "*0.0834*" in text and "Seed claim beside ours" in text
