@@ -26,7 +26,7 @@ from experiments.report import figure, save_figure, write_json, write_markdown
 
 METHODS = ("wkafl", "twafl", "sasgd")
 RATES = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # SASGD divides by τ + 1 (≈ P/K): it needs the large ones
-ITERATIONS = 2500  # per run (the authors': 5,000 on 70,000 digits)
+ITERATIONS = 2000  # per run (the authors': 5,000 on 70,000 digits)
 TUNE_ITERATIONS = 1000
 EVAL_EVERY = 50  # the authors' itr_test: the last 10 evaluations span the last 500 iterations
 BATCH = 4
@@ -55,6 +55,30 @@ class Setup:
         self.session = GradientSession(bundle.manifest, bundle.train_onnx)
         self.train, test = load_mnist(seed=seed)
         self.evaluator = Evaluator(bundle.manifest, bundle.infer_onnx, test.x, test.y)
+
+
+_SETUP: Setup | None = None  # one per worker process (ONNX sessions do not pickle)
+
+
+def _start(seed: int) -> None:
+    global _SETUP
+    _SETUP = Setup(seed)
+
+
+def _run(job: dict[str, Any]) -> dict[str, Any]:
+    assert _SETUP is not None
+    return run_one(_SETUP, **job)
+
+
+def run_all(jobs: list[dict[str, Any]], *, seed: int, workers: int) -> list[dict[str, Any]]:
+    """run_one over ``jobs``, in ``workers`` processes (the machine's 2 cores) when more than one."""
+    if workers == 1:
+        _start(seed)
+        return [_run(job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, initializer=_start, initargs=(seed,)) as pool:
+        return list(pool.map(_run, jobs))
 
 
 def make(method: str, rate: float, k: int) -> Any:
@@ -108,15 +132,15 @@ def run_one(
 
 
 def tune(
-    setup: Setup, *, rates: tuple[float, ...], iterations: int, seed: int, eval_every: int, scale: int
-) -> dict:
-    """η0 per method: the best mean of the last 10 accuracies at P/K = 3000/10, L_num = 1, on ``seed``."""
+    *, rates: tuple[float, ...], iterations: int, seed: int, data_seed: int, eval_every: int, scale: int,
+    workers: int,
+) -> dict:  # fmt: skip
+    """η0 per method: the best mean of the last 10 accuracies at P/K = 3000/10, L_num = 1, on ``seed``
+    (the split and draws; ``data_seed`` is the train/test split, the same as the reported runs')."""
     devices, k = TABLE2[-1]
-    runs = [
-        run_one(setup, m, devices=devices // scale, k=k, classes=1, rate=r, iterations=iterations, seed=seed,
-                eval_every=eval_every)
-        for m in METHODS for r in rates
-    ]  # fmt: skip
+    jobs = [dict(method=m, devices=devices // scale, k=k, classes=1, rate=r, iterations=iterations, seed=seed,
+                 eval_every=eval_every) for m in METHODS for r in rates]  # fmt: skip
+    runs = run_all(jobs, seed=data_seed, workers=workers)
     best = {m: max((r for r in runs if r["method"] == m), key=lambda r: r["final_accuracy"]) for m in METHODS}
     keys = ("method", "rate", "final_accuracy", "stability")
     return {"seed": seed, "iterations": iterations, "best": {m: r["rate"] for m, r in best.items()},
@@ -129,15 +153,14 @@ def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     iterations, tune_iterations = (40, 20) if quick else (ITERATIONS, TUNE_ITERATIONS)
     eval_every = 4 if quick else EVAL_EVERY
     seeds = (seed,) if quick else (seed, seed + 1)
-    setup = Setup(seed)
-    tuning = tune(setup, rates=RATES[1:3] if quick else RATES, iterations=tune_iterations, seed=seed + 100,
-                  eval_every=eval_every, scale=scale)  # fmt: skip
+    workers = 1 if quick else 2
+    tuning = tune(rates=RATES[1:3] if quick else RATES, iterations=tune_iterations, seed=seed + 100,
+                  data_seed=seed, eval_every=eval_every, scale=scale, workers=workers)  # fmt: skip
     configs = [(p, k, 1) for p, k in TABLE2] + [(TABLE2[-1][0], TABLE2[-1][1], c) for c in TABLE3[1:]]
-    runs = [
-        run_one(setup, m, devices=p // scale, k=k, classes=c, rate=tuning["best"][m], iterations=iterations,
-                seed=s, eval_every=eval_every)
-        for p, k, c in configs for m in METHODS for s in seeds
-    ]  # fmt: skip
+    jobs = [dict(method=m, devices=p // scale, k=k, classes=c, rate=tuning["best"][m], iterations=iterations,
+                 seed=s, eval_every=eval_every)
+            for p, k, c in configs for m in METHODS for s in seeds]  # fmt: skip
+    runs = run_all(jobs, seed=seed, workers=workers)
     for r in runs:
         r["paper_level"] = r["devices"] * scale // r["k"]  # the seed's P/K this run stands for
     summary = summarise(runs, seeds)
