@@ -53,6 +53,11 @@ class WKAFLSettings(StrategySettings):
     wkafl_momentum: str
 
 
+def norm(vector: np.ndarray) -> float:
+    """‖v‖₂ by a plain sum (ndarray.dot, which np.linalg.norm uses, stalls on a busy BLAS thread pool)."""
+    return math.sqrt(float(np.square(vector).sum()))
+
+
 def clip_rows(rows: np.ndarray, bound: float) -> np.ndarray:
     """Each row scaled to norm ≤ bound (g · min(1, bound/‖g‖)); a bound of 0 zeroes every row."""
     norms = np.linalg.norm(rows, axis=1)
@@ -62,7 +67,7 @@ def clip_rows(rows: np.ndarray, bound: float) -> np.ndarray:
 
 def cosine(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     """cos(row_i, vector) per row; 0 where either is the zero vector."""
-    norms = np.linalg.norm(rows, axis=1) * np.linalg.norm(vector)
+    norms = np.linalg.norm(rows, axis=1) * norm(vector)
     return np.divide(rows @ vector, norms, out=np.zeros(len(rows)), where=norms > 0)
 
 
@@ -139,7 +144,7 @@ class WKAFL(KAsync):
         similarities = cosine(rows, estimate)
         p = selection(similarities, self.beta, self.sim_min)
         if self.stage == 2:
-            rows = clip_rows(rows, self.stage2_clip * float(np.linalg.norm(estimate)))
+            rows = clip_rows(rows, self.stage2_clip * norm(estimate))
         direction = p @ rows if p.any() else estimate
         staleness = [t.staleness for t in self.tags]
         rate = min_staleness_rate(self.learning_rate, self.gamma, staleness)
