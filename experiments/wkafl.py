@@ -26,7 +26,7 @@ from experiments.report import figure, save_figure, write_json, write_markdown
 
 METHODS = ("wkafl", "twafl", "sasgd")
 RATES = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # SASGD divides by τ + 1 (≈ P/K): it needs the large ones
-ITERATIONS = 2000  # per run (the authors': 5,000 on 70,000 digits)
+ITERATIONS = 4000  # per run (the authors': 5,000 on 70,000 digits)
 TUNE_ITERATIONS = 1000
 EVAL_EVERY = 50  # the authors' itr_test: the last 10 evaluations span the last 500 iterations
 BATCH = 4
