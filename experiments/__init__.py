@@ -30,6 +30,7 @@ EXPERIMENTS: dict[str, str] = {
     "vandijk": "experiments.vandijk",
     "adp2sgd": "experiments.adp2sgd",
     "kardam": "experiments.kardam",
+    "wkafl": "experiments.wkafl",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"

@@ -364,7 +364,9 @@ def model_push(
 @data_app.command("prepare")
 def data_prepare(
     devices: int = 20,
-    partition: Annotated[str, typer.Option(help="sorted (non-IID, 2 shards per device) or iid")] = "sorted",
+    partition: Annotated[
+        str, typer.Option(help="sorted (non-IID, 2 shards per device), iid, or wkafl-L<n> (Alg. 4, n labels)")
+    ] = "sorted",
     out: Path = Path("var/data"),
     seed: int = 0,
 ) -> None:

@@ -15,7 +15,7 @@ from profiler.defaults import TUNED_PARAMS
 
 StrategyName = Literal[
     "adabuff", "adasgd", "audp", "dynsgd", "dynsgd-clip", "fedadam", "fedavg-async", "fedbuff", "fedyogi",
-    "mapa", "ssgd", "vandijk",
+    "mapa", "sasgd", "ssgd", "twafl", "vandijk", "wkafl",
 ]  # fmt: skip
 
 
@@ -68,6 +68,16 @@ class Settings(BaseSettings):
     vandijk_delay_rounds: int = Field(1, ge=0)  # d: a device may run at most d rounds ahead of the barrier
     vandijk_noise_multiplier: float | None = Field(None, gt=0)  # σ per round; None: the DP policy's
     vandijk_clip: float | None = Field(None, gt=0)  # C per example; None: the DP policy's (unclipped if off)
+    # wkafl (issue 17): K-async with staleness weights, momentum, cosine selection, two stages (wkafl.py)
+    wkafl_alpha: float = Field(0.1, ge=0, allow_inf_nan=False)  # α: weight of the previous estimate added
+    wkafl_beta: float = Field(10.0, ge=0, allow_inf_nan=False)  # β in p' = exp(β·cos)
+    wkafl_sim_min: float = Field(0.3, ge=-1, le=1)  # gradients less similar to the estimate are not applied
+    wkafl_clip: float = Field(100.0, gt=0, allow_inf_nan=False)  # CB: every gradient clipped to this norm
+    wkafl_stage2_clip: float = Field(10.0, gt=0, allow_inf_nan=False)  # B: stage 2 clips to B·‖estimate‖
+    wkafl_gamma: float = Field(0.1, ge=0, allow_inf_nan=False)  # η = η0/(γ·τ_min + 1)
+    wkafl_loss_threshold: float = Field(0.3, ge=0, allow_inf_nan=False)  # ε: stage 2 at mean loss ≤ ε; 0: off
+    wkafl_switch_update: int | None = Field(None, ge=0)  # or stage 2 after this many updates (the code's)
+    wkafl_momentum: Literal["estimate", "aggregate"] = "estimate"  # previous ḡ (paper) or applied g (code)
     # kardam (issue 17): Byzantine filters + staleness dampening around FLEET_STRATEGY (strategies/kardam.py)
     kardam: bool = False
     kardam_f: int = Field(3, ge=0)  # f, the assumed Byzantine devices; n > 3f+1 is checked, only warned
@@ -153,7 +163,9 @@ LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
         "clip_factor", "warmup_gradients", "dp_step_epsilon", "dp_step_batch", "dp_noise_sampler", "tau_max",
         "smoothness", "gradient_std", "l2", "audp_clip", "mapa_sensitivity", "mapa_theta", "mapa_delta",
         "mapa_loss_gap", "vandijk_schedule", "vandijk_a", "vandijk_b", "vandijk_beta", "vandijk_decay",
-        "vandijk_delay_rounds", "vandijk_noise_multiplier", "vandijk_clip",
+        "vandijk_delay_rounds", "vandijk_noise_multiplier", "vandijk_clip", "wkafl_alpha", "wkafl_beta",
+        "wkafl_sim_min", "wkafl_clip", "wkafl_stage2_clip", "wkafl_gamma", "wkafl_loss_threshold",
+        "wkafl_switch_update", "wkafl_momentum",
     ),
     "SLOs and batch limits": ("time_slo_ms", "energy_slo", "min_batch", "max_batch"),
     "Controller": ("size_drop", "similarity_drop"),

@@ -261,3 +261,20 @@ def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
     text = "\n".join(live_markdown(live))
     assert text.count("| attacked |") == 3 and "| 12 | attacked | 0.850 |" in text
     assert "median gap 1.5 points, within 2 points on 2 of 3 seeds → **met**" in text
+
+
+@pytest.mark.timeout(120)
+def test_wkafl_quick_fills_tables_2_and_3_beside_the_seed(tmp_path):
+    run_experiment("wkafl", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "wkafl-quick")
+    summary = data["summary"]
+    assert set(summary["table2"]) == {"100", "150", "300"} and set(summary["table3"]) == {"1", "5", "10"}
+    assert summary["table3"]["1"] == summary["table2"]["300"]  # the same runs, as in the seed's tables
+    for row in [*summary["table2"].values(), *summary["table3"].values()]:
+        assert set(row) == {"wkafl", "twafl", "sasgd"}
+        assert all(0 <= cell["final_accuracy"] <= 1 and cell["stability"] >= 0 for cell in row.values())
+    assert data["tuning"]["seed"] == 100 and {r["seed"] for r in data["runs"]} == {0}  # tuned on another seed
+    assert {len(r["curve"]) for r in data["runs"]} == {11}  # w_0 and every 4th of 40 iterations
+    assert {r["paper_level"] for r in data["runs"]} == {100, 150, 300}
+    text = (tmp_path / "wkafl-quick.md").read_text()
+    assert "*0.9728*" in text and "*0.0834*" in text and "Seed claim beside ours" in text

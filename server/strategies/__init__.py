@@ -14,13 +14,16 @@ from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
 from server.strategies.mapa import MAPA
+from server.strategies.sasgd import SASGD
 from server.strategies.ssgd import SSGD
+from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
+from server.strategies.wkafl import WKAFL
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (AdaBuff, AdaSGD, AUDP, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, MAPA, SSGD)
-    + (VanDijk,)
+    + (SASGD, TWAFL, VanDijk, WKAFL)
 }
 
 
@@ -54,12 +57,15 @@ __all__ = [
     "FedBuff",
     "FedYogi",
     "MAPA",
+    "SASGD",
     "SSGD",
     "STRATEGIES",
     "default_strategy",
     "Strategy",
     "StrategySettings",
     "TaskTerms",
+    "TWAFL",
     "VanDijk",
+    "WKAFL",
     "make_strategy",
 ]
