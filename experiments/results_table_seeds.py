@@ -108,9 +108,35 @@ def kardam_rows(results: Path) -> Iterator[Row]:
         )
 
 
+def wkafl_rows(results: Path) -> Iterator[Row]:
+    data = read_results(results, "wkafl")
+    if data is None:
+        return
+    s = data["summary"]
+    row = s["table2"]["300"]
+    methods = ("wkafl", "twafl", "sasgd")
+    yield (
+        "WKAFL / TWAFL / SASGD at P/K = 300, L_num = 1: accuracy, stability (std of the last 10)",
+        " / ".join(f"{row[m]['final_accuracy']:.3f}" for m in methods)
+        + ", "
+        + " / ".join(f"{row[m]['stability']:.4f}" for m in methods),
+        "0.9728 / 0.9572 / 0.8553, 0.0060 / 0.0107 / 0.0834",
+        results_link("wkafl.md"),
+    )
+    yield (
+        "WKAFL ahead of TWAFL / of SASGD (rows of Tables 2-3), steadier than SASGD (L_num rows)",
+        f"{s['wkafl_ahead_of_twafl_rows']}/{s['rows']} / {s['wkafl_ahead_of_sasgd_rows']}/{s['rows']}, "
+        f"{s['wkafl_more_stable_than_sasgd_rows']}/{len(s['table3'])}"
+        " (at 4,000 iterations; 2,000 did not hold)",
+        "every row",
+        results_link("wkafl.md"),
+    )
+
+
 SEED_SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     mapa_rows,
     vandijk_rows,
     adp2sgd_rows,
     kardam_rows,
+    wkafl_rows,
 )

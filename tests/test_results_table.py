@@ -32,6 +32,6 @@ def test_every_seed_experiment_has_its_rows_and_a_missing_one_is_skipped(tmp_pat
 
     rows = [row for section in SEED_SECTIONS for row in section(ROOT / "docs" / "results")]
     files = {row[3] for row in rows}
-    for name in ("mapa", "vandijk", "adp2sgd", "kardam"):
+    for name in ("mapa", "vandijk", "adp2sgd", "kardam", "wkafl"):
         assert f"[{name}.md](docs/results/{name}.md)" in files
     assert [row for section in SEED_SECTIONS for row in section(tmp_path)] == []  # nothing run: no rows
