@@ -69,6 +69,11 @@ def fmt(stats: dict[str, Any], digits: int = 0) -> str:
     return text
 
 
+def number(value: Any, digits: int = 3, unit: str = "") -> str:
+    """A figure for a table, or '—' when the experiment did not produce it."""
+    return "—" if value is None else f"{value:.{digits}f}{unit}"
+
+
 def read_results(results: Path, name: str) -> dict[str, Any] | None:
     """An experiment's JSON under ``results``, or None when it has not been run."""
     path = results / f"{name}.json"

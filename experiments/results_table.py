@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.report import fmt
+from experiments.report import number as _num
 from experiments.report import read_results as _load
 from experiments.report import results_link as _link
 from experiments.results_table_seeds import SEED_SECTIONS
@@ -212,10 +213,6 @@ def pruning_rows(results: Path) -> Iterator[Row]:
     ):
         if key in rows:
             yield claim, fmt(rows[key]["accuracy_loss_points"], 1), thesis, _link("pruning.md")
-
-
-def _num(value: Any, digits: int = 3, unit: str = "") -> str:
-    return "—" if value is None else f"{value:.{digits}f}{unit}"
 
 
 def _share(value: Any) -> str:

@@ -7,13 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.report import read_results, results_link
+from experiments.report import number, read_results, results_link
 
 Row = tuple[str, str, str, str]
-
-
-def _acc(value: Any) -> str:
-    return "—" if value is None else f"{value:.3f}"
 
 
 def mapa_rows(results: Path) -> Iterator[Row]:
@@ -24,8 +20,8 @@ def mapa_rows(results: Path) -> Iterator[Row]:
     yield (
         "MAPA (untuned ΔS₀, worst) vs AUDP at its best clip, K = 100, ε = 0.1: test accuracy, "
         "exact DP sampler / the paper's sampler",
-        f"{_acc(exact['mapa_worst_accuracy_untuned'])} vs {_acc(exact['audp_best_accuracy'])} / "
-        f"{_acc(paper['mapa_worst_accuracy_untuned'])} vs {_acc(paper['audp_best_accuracy'])}",
+        f"{number(exact['mapa_worst_accuracy_untuned'])} vs {number(exact['audp_best_accuracy'])} / "
+        f"{number(paper['mapa_worst_accuracy_untuned'])} vs {number(paper['audp_best_accuracy'])}",
         "MAPA ≈ AUDP-best",
         results_link("mapa.md"),
     )
@@ -94,7 +90,7 @@ def kardam_rows(results: Path) -> Iterator[Row]:
     yield (
         "Kardam, 3 of 10 devices send −10g: attacker gradients filtered / honest dropped / final accuracy",
         f"{_pct(attack['byzantine_filtered'])} / {_pct(attack['honest_drop_ratio'])} / "
-        f"{_acc(attack['final_accuracy']['median'])}",
+        f"{number(attack['final_accuracy']['median'])}",
         "≥ 95% (thesis 100%) / ≤ 30%",
         results_link("kardam.md"),
     )
