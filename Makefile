@@ -28,7 +28,7 @@ $(VENV)/.runtime: $(LOCK) pyproject.toml | $(VENV)/bin/python
 # torch is pinned in the lock as 2.13.0+cpu: an unpinned torch pulls a multi-GB CUDA build.
 # The app extra (Kivy) is part of the dev venv so that `make test` runs the app's tests.
 $(VENV)/.dev: $(LOCK) pyproject.toml $(VENV)/.runtime
-	$(PIP) -c $(LOCK) -e ".[server,client,export,dev,app]"
+	$(PIP) -c $(LOCK) -e ".[server,client,export,dev,app,ray]"
 	touch $@
 
 demo: $(VENV)/.runtime
@@ -75,7 +75,7 @@ $(LOCK_VENV)/bin/pip-compile:
 # Re-resolve after editing pyproject.toml's dependencies, keeping every pin that still fits.
 # Run it with Python 3.11 on linux x86_64: the lock is for that platform.
 lock: $(LOCK_VENV)/bin/pip-compile
-	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev --extra app -o $(LOCK) pyproject.toml
+	$(COMPILE) $(UPGRADE) --extra server --extra client --extra export --extra dev --extra app --extra ray -o $(LOCK) pyproject.toml
 
 # Move every pin to the newest release that pyproject.toml allows (then run `make test` and commit the lock).
 upgrade-lock:
