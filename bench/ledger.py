@@ -33,8 +33,8 @@ def audit(database_url: str, acknowledged: dict[str, dict[str, Any]]) -> dict[st
     changed = sorted(
         task
         for task, answer in acknowledged.items()
-        if task in stored and stored[task].get("version") != answer.get("version")
-    )
+        if task in stored and not answer.get("queued") and stored[task].get("version") != answer.get("version")
+    )  # a queued answer (scale-out) said no version: the aggregator's applied row is the one to find
     made = Counter(
         (row.model_id, (row.outcome or {}).get("version"))
         for row in rows

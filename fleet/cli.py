@@ -35,16 +35,33 @@ def serve(
     ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (PEM) to serve HTTPS")] = None,
     ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM)")] = None,
     log_level: str = "info",
+    role: Annotated[
+        str, typer.Option(help="all: one process (default); api: a stateless worker; aggregator (scale-out)")
+    ] = "",
+    workers: Annotated[int, typer.Option(min=1, help="API worker processes (uvicorn --workers)")] = 1,
 ) -> None:
-    """Run the coordinator (settings from FLEET_* environment variables or .env)."""
+    """Run the coordinator (settings from FLEET_* environment variables or .env).
+
+    Scale-out (docs/scale-out.md): `fleet serve --role api --workers N` and one `fleet serve --role
+    aggregator`, on one PostgreSQL (FLEET_DATABASE_URL) and Redis (FLEET_REDIS_URL)."""
+    import os
+
     import uvicorn
 
     _logging(True)
+    if role:
+        os.environ["FLEET_ROLE"] = role  # the uvicorn workers read their settings from the environment
+    if role == "aggregator":
+        from server.scale.run import run_aggregator
+        from server.settings import Settings
+
+        raise typer.Exit(run_aggregator(Settings()))
     uvicorn.run(
         "server.api.app:create_app",
         factory=True,
         host=host,
         port=port,
+        workers=workers,
         log_level=log_level,
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,

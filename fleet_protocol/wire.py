@@ -189,7 +189,10 @@ class PushMeta:
 
 @dataclass(frozen=True)
 class PushOutcome:
-    """``200`` of a push: the staleness τ seen, the weight applied, the model's version after it."""
+    """``200`` of a push: the staleness τ seen, the weight applied, the model's version after it.
+
+    ``queued``: the scale-out topology answered once the push was durably queued for the aggregator; the
+    weight (0) and version (the worker's newest) are not known yet, τ is the staleness at queueing."""
 
     task_id: str
     staleness: int
@@ -198,6 +201,7 @@ class PushOutcome:
     applied: bool
     duplicate: bool = False
     tau_thres: float | None = None  # the strategy's staleness threshold when it weighed this gradient
+    queued: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The answer as stored for idempotent retries (a retry is told ``duplicate`` on top)."""
@@ -208,6 +212,7 @@ class PushOutcome:
             "version": self.version,
             "applied": self.applied,
             "tau_thres": self.tau_thres,
+            "queued": self.queued,
         }
 
     @classmethod
@@ -221,6 +226,7 @@ class PushOutcome:
                 version=int(data["version"]),
                 applied=bool(data.get("applied", True)),
                 duplicate=bool(data.get("duplicate", False)),
+                queued=bool(data.get("queued", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise WireError(f"malformed push answer: {exc!r}") from exc

@@ -6,6 +6,9 @@ here without the HTTP layer.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 from sqlalchemy import Engine
 
 from models.manifest import builtin
@@ -13,6 +16,8 @@ from profiler import IProf
 from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
+from server.core.evaluation import Evaluator
+from server.core.evaluation_loop import EvaluationLoop
 from server.core.privacy import PrivacyPolicy
 from server.settings import Settings
 from server.store.database import make_engine, migrate, session_factory
@@ -23,9 +28,11 @@ from server.strategies.kardam import Kardam
 __all__ = [
     "apply_settings",
     "build_coordinator",
+    "build_evaluation_loop",
     "build_profiler",
     "build_store",
     "build_strategy",
+    "coordinator_class",
     "strategy_params",
 ]
 
@@ -74,9 +81,25 @@ def build_store(settings: Settings, engine: Engine | None = None) -> SqlStore:
     return SqlStore(session_factory(engine), version_retention=settings.version_retention)
 
 
-def build_coordinator(settings: Settings, store: SqlStore | None = None) -> Coordinator:
-    """A started coordinator: state loaded from storage, the initial model added, the stop rule set."""
-    coordinator = Coordinator(
+def coordinator_class(role: str) -> type[Coordinator]:
+    """The core for a process's role (docs/scale-out.md): all of it, an API worker's, the aggregator's."""
+    if role == "api":
+        from server.scale.worker import QueueingCoordinator
+
+        return QueueingCoordinator
+    if role == "aggregator":
+        from server.scale.aggregator import Aggregator
+
+        return Aggregator
+    return Coordinator
+
+
+def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinator:
+    """A started coordinator for ``settings.role``: state loaded from storage; unless it is an API
+    worker (which only follows what the aggregator writes), the initial model added and the stop rule set."""
+    if settings.role != "all" and settings.dp:
+        raise ValueError("DP budgets are charged in one process: FLEET_DP needs FLEET_ROLE=all for now")
+    coordinator = coordinator_class(settings.role)(
         store=store or build_store(settings),
         profiler=build_profiler(settings),
         strategy_factory=lambda: build_strategy(settings),
@@ -87,6 +110,8 @@ def build_coordinator(settings: Settings, store: SqlStore | None = None) -> Coor
         privacy=privacy_policy(settings),
     )
     coordinator.start()
+    if settings.role == "api":
+        return coordinator
     if settings.profiler_bootstrap is not None:
         coordinator.save_cold_profile()
     if coordinator.run is None and settings.initial_model:
@@ -94,6 +119,36 @@ def build_coordinator(settings: Settings, store: SqlStore | None = None) -> Coor
     if settings.target_accuracy is not None or settings.max_versions is not None:
         coordinator.set_stop(target_accuracy=settings.target_accuracy, max_versions=settings.max_versions)
     return coordinator
+
+
+def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> EvaluationLoop | None:
+    """A started loop evaluating new versions on FLEET_EVAL_DATA (None without it)."""
+    if settings.eval_data is None:
+        return None
+    with np.load(settings.eval_data) as data:
+        x, y = data["x"], data["y"]
+
+    def make_evaluator(model_id: str) -> Evaluator:
+        infer_onnx = coordinator.catalog.graph(model_id, "infer")
+        return Evaluator(coordinator.catalog.manifest(model_id), infer_onnx, x, y)
+
+    loop = EvaluationLoop(
+        coordinator,
+        make_evaluator,
+        every_versions=settings.eval_every_versions,
+        interval_s=settings.eval_interval_s,
+    )
+    loop.start()
+    return loop
+
+
+def follow_versions(settings: Settings, coordinator: Coordinator) -> Any:
+    """An API worker's listener for the aggregator's announcements (it polls storage without them)."""
+    from server.scale.announce import VersionListener
+
+    listener = VersionListener(settings.redis_url, coordinator.follow)  # type: ignore[attr-defined]
+    listener.start()
+    return listener
 
 
 def privacy_policy(settings: Settings) -> PrivacyPolicy | None:

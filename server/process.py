@@ -26,8 +26,9 @@ def free_port() -> int:
 class ServerProcess:
     """`python -m fleet.cli serve` with FLEET_* settings; start/kill/restart on the same database."""
 
-    def __init__(self, workdir: Path, **settings: object) -> None:
+    def __init__(self, workdir: Path, *, serve_args: tuple[str, ...] = (), **settings: object) -> None:
         self.workdir = workdir
+        self.serve_args = serve_args  # e.g. ("--role", "api", "--workers", "2")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -55,6 +56,7 @@ class ServerProcess:
                     str(self.port),
                     "--log-level",
                     "warning",
+                    *self.serve_args,
                 ],
                 env=self.env,
                 stdout=log,

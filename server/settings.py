@@ -24,6 +24,12 @@ class Settings(BaseSettings):
 
     data_dir: Path = Path("var")
     database_url: str = ""  # default: sqlite:///<data_dir>/fleet.db
+    # scale-out (docs/scale-out.md): "all" is one process doing everything (the embedded default); "api"
+    # workers validate and queue pushes, one "aggregator" applies them (both need PostgreSQL and Redis)
+    role: Literal["all", "api", "aggregator"] = "all"
+    redis_url: str = "redis://127.0.0.1:6379/0"  # where the aggregator announces new versions
+    aggregator_batch: int = Field(256, ge=1)  # queued pushes applied per transaction
+    aggregator_lease_seconds: float = Field(5.0, gt=0)  # a silent aggregator's lease lapses after this
     enrollment_key: SecretStr | None = None  # default: generated once into <data_dir>/secrets.json
     admin_token: SecretStr | None = None
 

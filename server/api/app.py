@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +22,7 @@ from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
-from server.compose import build_coordinator, build_store
+from server.compose import build_coordinator, build_evaluation_loop, build_store, follow_versions
 from server.console import open_console
 from server.core.errors import (
     Conflict,
@@ -35,8 +34,6 @@ from server.core.errors import (
     StorageUnavailable,
     TrainingFinished,
 )
-from server.core.evaluation import Evaluator
-from server.core.evaluation_loop import EvaluationLoop
 from server.settings import Settings, get_settings, with_overrides
 from server.store.admin import AdminStore
 
@@ -89,28 +86,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.console:
             app.state.console = open_console(effective, admin_store)
         app.state.enrollment_key, app.state.admin_token = settings.secrets()
-        loop = None
-        if settings.eval_data is not None:
-            with np.load(settings.eval_data) as data:
-                x, y = data["x"], data["y"]
-
-            def make_evaluator(model_id: str) -> Evaluator:
-                infer_onnx = coordinator.catalog.graph(model_id, "infer")
-                return Evaluator(coordinator.catalog.manifest(model_id), infer_onnx, x, y)
-
-            loop = EvaluationLoop(
-                coordinator,
-                make_evaluator,
-                every_versions=settings.eval_every_versions,
-                interval_s=settings.eval_interval_s,
-            )
-            loop.start()
+        # an API worker evaluates nothing and follows the aggregator's versions (docs/scale-out.md)
+        loop = build_evaluation_loop(settings, coordinator) if settings.role == "all" else None
+        listener = follow_versions(settings, coordinator) if settings.role == "api" else None
         try:
             yield
         finally:
             if loop is not None:
                 loop.stop()
                 loop.join(timeout=10)
+            if listener is not None:
+                listener.stop()
             coordinator.close()
 
     # /docs and /redoc with their assets served by the coordinator itself: no CDN on a private network

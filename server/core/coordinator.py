@@ -55,6 +55,7 @@ from server.core.validation import validate_features, validate_result
 from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
+ANSWERED = ("applied", "queued", "dropped")  # a task's statuses once its push was accepted
 
 
 class Coordinator(Steering):
@@ -284,7 +285,7 @@ class Coordinator(Steering):
                 raise NotFound(f"no task {task_id!r}")
             if lease.device_id != device.device_id:
                 raise Forbidden("this task belongs to another device")
-            if lease.status == "applied":
+            if lease.status in ANSWERED:
                 if lease.digest == result.digest and lease.outcome is not None:
                     outcome, ticket = PushOutcome(**lease.outcome, duplicate=True), self._durable.get(task_id)
                 else:
@@ -306,8 +307,8 @@ class Coordinator(Steering):
                     self.privacy.bound(record, self.run.manifest.num_params)
                 self.leases.adopt(record)
 
-    def _apply(self, lease: Lease, result: TaskResult) -> tuple[PushOutcome, Ticket]:
-        now = self.clock()
+    def _check_push(self, lease: Lease, result: TaskResult, now: float) -> TrainingRun:
+        """The run a push may be applied to, or why not (expired, superseded, finished, invalid)."""
         run = self.run
         if lease.status == "expired" or now > lease.deadline:
             raise Gone("the task's lease expired")
@@ -323,6 +324,13 @@ class Coordinator(Steering):
             if lease.dp_bound is None
             else poisson_ceiling(lease.batch_size),
         )
+        return run
+
+    def _apply(
+        self, lease: Lease, result: TaskResult, *, queue_id: int | None = None
+    ) -> tuple[PushOutcome, Ticket]:
+        now = self.clock()
+        run = self._check_push(lease, result, now)
         arrival = Arrival(
             task_id=lease.task_id,
             device_id=lease.device_id,
@@ -372,6 +380,7 @@ class Coordinator(Steering):
                 loss=result.loss,
                 at=now,
                 new_version=None if stored is None else NewVersion(run.model_id, version, stored),
+                queue_id=queue_id,
             )
         )
         self._durable[lease.task_id] = ticket

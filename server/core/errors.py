@@ -46,3 +46,8 @@ class StorageUnavailable(Exception):
     was not refused, the service is (briefly) unable to answer it."""
 
     retry_after: float = 2.0
+
+
+class LeaseLost(Exception):
+    """Scale-out: this aggregator's fencing token is no longer the lease's (another aggregator took it
+    over): its transaction rolled back and it must stop applying."""

@@ -75,6 +75,41 @@ class PushApplied:
     loss: float
     at: float
     new_version: NewVersion | None = None
+    queue_id: int | None = None  # scale-out: the queued push this applies (its row goes in the same commit)
+
+
+@dataclass(frozen=True)
+class PushQueued:
+    """Scale-out: an API worker validated a push and queues it for the aggregator; the device is told so
+    once this is committed. ``outcome`` is that answer, kept for retries like an applied push's."""
+
+    task_id: str
+    digest: str
+    outcome: dict[str, Any]
+    meta: dict[str, Any]
+    gradient: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class PushDropped:
+    """Scale-out: the aggregator could not apply a queued push (its model stopped training, a promotion
+    superseded its version): the row leaves the queue and the task says why."""
+
+    task_id: str
+    queue_id: int
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """Scale-out: commit only if the aggregator lease still carries ``token``, and extend it. Written last
+    in each of the aggregator's transactions, so a second or stale aggregator can commit nothing."""
+
+    holder: str
+    token: int
+    expires_at: float
 
 
 @dataclass(frozen=True)
@@ -198,6 +233,9 @@ class StateCheckpoint:
 Event = (
     TaskGranted
     | PushApplied
+    | PushQueued
+    | PushDropped
+    | Fenced
     | StatusChanged
     | StopCriterionSet
     | EvaluationRecorded

@@ -37,7 +37,7 @@ class LeaseBook:
         known = self.get(lease.task_id)
         if known is not None:
             return known
-        if lease.status == "applied":
+        if lease.status in ("applied", "queued", "dropped"):  # answered (scale-out: queued, or dropped)
             self._remember_answered(lease)
         elif lease.status == "open":
             self._open[lease.task_id] = lease

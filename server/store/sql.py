@@ -29,6 +29,7 @@ from server.core.ports import (
     PromotionRecord,
 )
 from server.core.types import Device
+from server.store import queue
 from server.store import repository as repo
 from server.store.tables import DeviceRow, EnrollmentKeyRow, ModelRow, PrivacyChargeRow
 from server.store.writes import write_events
@@ -82,6 +83,19 @@ class SqlStore:
     def commit(self, events: Sequence[Event]) -> None:
         with self.sessions.begin() as session:
             write_events(session, events, retention=self.version_retention)
+
+    # -- scale-out: the push queue and the aggregator's lease (server/store/queue.py) --------------
+    def queued(self, limit: int) -> list[queue.QueuedPush]:
+        with self.sessions() as session:
+            return queue.queued(session, limit=limit)
+
+    def queue_length(self) -> int:
+        with self.sessions() as session:
+            return queue.queue_length(session)
+
+    def take_aggregator_lease(self, holder: str, *, now: float, ttl: float) -> int | None:
+        with self.sessions.begin() as session:
+            return queue.take_lease(session, holder=holder, now=now, ttl=ttl)
 
     def ping(self) -> None:
         with self.sessions() as session:

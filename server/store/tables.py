@@ -199,3 +199,28 @@ class PrivacyChargeRow(Base):
     mechanism: Mapped[str] = mapped_column(String(64), server_default="dpsgd-poisson-gaussian/1")
     epsilon: Mapped[float] = mapped_column(Float, server_default="0")  # a pure (norm-Laplace) step's ε
     norm_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class QueuedPushRow(Base):
+    """A validated push an API worker acknowledged and the aggregator has not applied yet (scale-out).
+
+    The row is deleted in the transaction that applies it, so a push is applied exactly once whatever
+    crashes (docs/scale-out.md). ``task_id`` is unique: a retry to another worker queues nothing twice."""
+
+    __tablename__ = "push_queue"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(32), unique=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)  # label counts, loss, time, energy, batch size
+    gradient: Mapped[bytes] = mapped_column(LargeBinary)  # float32, little-endian
+    enqueued_at: Mapped[float] = mapped_column(Float)
+
+
+class AggregatorLeaseRow(Base):
+    """Who may apply pushes: one row, taken with a new fencing ``token`` that every apply checks."""
+
+    __tablename__ = "aggregator_lease"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(120))
+    token: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Float)

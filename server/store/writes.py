@@ -22,15 +22,19 @@ from server.core.events import (
     EnrollmentKeyRevoked,
     EvaluationRecorded,
     Event,
+    Fenced,
     HeadPromoted,
     LeasesExpired,
     ModelAdded,
     PushApplied,
+    PushDropped,
+    PushQueued,
     StateCheckpoint,
     StatusChanged,
     StopCriterionSet,
     TaskGranted,
 )
+from server.store import queue
 from server.store import repository as repo
 from server.store.tables import DeviceRow, MeasurementRow, ModelRow, PrivacyChargeRow, TaskRow, VersionRow
 
@@ -43,12 +47,14 @@ def write_events(session: Session, events: Sequence[Event], *, retention: int) -
         j = i + 1
         if kind in (TaskGranted, PushApplied, HeadPromoted):
             session.flush()  # rows added through the ORM before (a device, a counter) exist for the SQL below
-        if kind in (TaskGranted, PushApplied):
+        if kind in (TaskGranted, PushApplied, PushQueued):
             while j < len(events) and type(events[j]) is kind:
                 j += 1
             run = events[i:j]
             if kind is TaskGranted:
                 _write_grants(session, run)  # type: ignore[arg-type]
+            elif kind is PushQueued:
+                queue.write_queued(session, run)  # type: ignore[arg-type]
             else:
                 _write_answers(session, run, retention=retention)  # type: ignore[arg-type]
         elif kind is HeadPromoted:
@@ -134,6 +140,7 @@ def _write_answers(session: Session, answers: Sequence[PushApplied], *, retentio
             for a in answers
         ],
     )
+    queue.delete_applied(db, [a.queue_id for a in answers if a.queue_id is not None])
     applied = Counter(a.device_id for a in answers)
     devices = DeviceRow.__table__
     db.execute(
@@ -254,6 +261,10 @@ def _write_one(session: Session, event: Event) -> None:
                 token_hash=event.token_hash,
                 now=event.at,
             )
+        case PushDropped():
+            queue.write_dropped(session, event)
+        case Fenced():
+            queue.check_fence(session, event)
         case StateCheckpoint():
             if event.model_id is not None and event.strategy is not None:
                 repo.save_strategy_state(

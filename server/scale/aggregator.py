@@ -1,0 +1,160 @@
+"""The aggregator: the one process that applies pushes, in queue order, with the configured strategy.
+
+It takes the aggregator lease (a fencing token) before it loads any state, and every transaction it
+writes ends by checking that token (``Fenced``): a second aggregator started by mistake waits for the
+lease, and one that lost it (paused past its lease, then resumed) rolls back and exits. Each batch of
+queued pushes is applied in memory and committed together with the deletion of their queue rows, the
+strategy and profiler state and the newest version, so a crash leaves every push either queued or
+applied, never both (docs/scale-out.md)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from secrets import token_hex
+from typing import Any
+
+import numpy as np
+
+from server.core.coordinator import Coordinator
+from server.core.errors import CoordinatorError, LeaseLost
+from server.core.events import Event, Fenced, PushApplied, PushDropped
+from server.core.journal import Ticket
+from server.core.types import TaskResult
+from server.scale.announce import VersionAnnouncer
+from server.store.queue import QueuedPush
+from server.store.sql import SqlStore
+
+log = logging.getLogger("fleet.server")
+
+
+class AggregatorStore:
+    """The SQL store as the aggregator writes it: each commit fenced by the lease's token, only the
+    newest of a batch's versions stored (workers serve only announced versions), then announced."""
+
+    def __init__(
+        self, inner: SqlStore, *, holder: str, token: int, ttl: float, announcer: VersionAnnouncer | None
+    ) -> None:
+        self.inner, self.holder, self.token, self.ttl, self.announcer = inner, holder, token, ttl, announcer
+        self.committed_at = time.time()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def commit(self, events: Sequence[Event]) -> None:
+        newest = max(
+            (i for i, e in enumerate(events) if isinstance(e, PushApplied) and e.new_version is not None),
+            default=None,
+        )
+        thinned = [
+            replace(e, new_version=None)
+            if isinstance(e, PushApplied) and e.new_version is not None and i != newest
+            else e
+            for i, e in enumerate(events)
+        ]
+        now = time.time()
+        self.inner.commit([*thinned, Fenced(self.holder, self.token, now + self.ttl)])
+        self.committed_at = now
+        if newest is not None and self.announcer is not None:
+            version = events[newest].new_version  # type: ignore[union-attr]
+            self.announcer.announce(version.model_id, version.version)
+
+
+def holder_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{token_hex(3)}"
+
+
+def take_lease(store: SqlStore, holder: str, ttl: float, stop: threading.Event) -> int | None:
+    """Wait for the aggregator lease; the fencing token, or None if asked to stop first."""
+    waited = False
+    while not stop.is_set():
+        token = store.take_aggregator_lease(holder, now=time.time(), ttl=ttl)
+        if token is not None:
+            log.info("aggregator %s holds the lease (token %d)", holder, token)
+            return token
+        if not waited:
+            log.warning("another aggregator holds the lease; waiting for it to lapse")
+            waited = True
+        stop.wait(ttl / 4)
+    return None
+
+
+def queued_result(push: QueuedPush) -> TaskResult:
+    meta = push.meta
+    return TaskResult(
+        label_counts=np.asarray(meta["label_counts"], dtype=np.int64),
+        loss=float(meta["loss"]),
+        compute_time_ms=float(meta["compute_time_ms"]),
+        energy=meta.get("energy"),
+        batch_size=int(meta["batch_size"]),
+        gradient=np.frombuffer(push.gradient, dtype="<f4"),
+        digest=push.digest,
+    )
+
+
+class Aggregator(Coordinator):
+    """``Coordinator`` fed from the queue instead of HTTP: same strategy, profiler and journal."""
+
+    def apply_queued(self, pushes: Sequence[QueuedPush]) -> Ticket | None:
+        """Apply ``pushes`` in order; the last one's ticket (released once the batch is durable). A push
+        the run can no longer take (finished, superseded) leaves the queue as dropped."""
+        ticket = None
+        with self._lock:
+            for push in pushes:
+                lease = replace(push.lease, deadline=math.inf)  # the worker checked it when it queued
+                try:
+                    _, ticket = self._apply(lease, queued_result(push), queue_id=push.queue_id)
+                except CoordinatorError as exc:
+                    log.warning("dropping queued push %s: %s", lease.task_id, exc)
+                    event = PushDropped(lease.task_id, push.queue_id, str(exc)[:200], self.clock())
+                    ticket = self.journal.record(event)
+        return ticket
+
+
+def lease_lost(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, LeaseLost):
+            return True
+        error = error.__cause__
+    return False
+
+
+def drain(
+    aggregator: Aggregator,
+    store: AggregatorStore,
+    *,
+    batch: int,
+    stop: threading.Event,
+    idle_max_s: float = 0.05,
+) -> int:
+    """Apply the queue until ``stop``; returns the number of pushes applied. Raises ``LeaseLost`` when
+    another aggregator took over (nothing of this one's last batch was committed)."""
+    applied, idle = 0, 0.001
+    while not stop.is_set():
+        pushes = store.queued(batch)
+        if not pushes:
+            if time.time() - store.committed_at > store.ttl / 3:
+                store.commit([])  # renews the lease (or raises LeaseLost)
+            stop.wait(idle)
+            idle = min(idle * 2, idle_max_s)
+            continue
+        idle = 0.001
+        ticket = aggregator.apply_queued(pushes)
+        if ticket is None:
+            continue
+        try:
+            ticket.wait(timeout=120.0)
+        except Exception as exc:
+            if lease_lost(exc):
+                raise LeaseLost(str(exc)) from exc
+            log.warning("a batch of %d queued pushes did not commit (%s); they stay queued", len(pushes), exc)
+            stop.wait(0.5)
+            continue
+        applied += len(pushes)
+    return applied

@@ -1,0 +1,131 @@
+"""Scale-out (issue 18, docs/scale-out.md): API workers queue validated pushes in PostgreSQL, one
+fenced aggregator applies them. In-process checks of the queue and the fence first, then the real
+topology: processes, HTTP, a Redis of its own, and kill -9 of each kind of process under load."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, text
+
+from server.core.errors import Conflict, LeaseLost
+from server.core.types import Device, TaskRequest, TaskResult
+from tests.conftest import FEATURES, settings_for
+
+pytestmark = pytest.mark.postgres
+needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
+
+
+@pytest.fixture
+def postgres_database():
+    from bench.faults import scratch_postgres_database
+    from tests.conftest import postgres_url
+
+    with scratch_postgres_database(postgres_url()) as url:
+        yield url
+
+
+def count(url: str, sql: str) -> int:
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text(sql)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def result(n: int, value: float = 0.01) -> TaskResult:
+    gradient = np.full(n, value, np.float32)
+    return TaskResult(np.ones(10, np.int64), 2.0, 50.0, 0.001, 10, gradient, f"digest-{value}")
+
+
+def cluster(tmp_path: Path, url: str):
+    """One API worker core and the aggregator on one database, in this process (no Redis: the worker
+    follows by reading storage)."""
+    from server.compose import build_coordinator, build_store
+    from server.scale.aggregator import AggregatorStore, take_lease
+
+    aggregator_settings = settings_for(tmp_path, database_url=url, role="aggregator")
+    store = build_store(aggregator_settings)
+    token = take_lease(store, "test-aggregator", 30.0, threading.Event())
+    fenced = AggregatorStore(store, holder="test-aggregator", token=token, ttl=30.0, announcer=None)
+    aggregator = build_coordinator(aggregator_settings, store=fenced)
+    worker = build_coordinator(settings_for(tmp_path, database_url=url, role="api"))
+    return worker, aggregator, fenced
+
+
+def test_a_push_is_queued_answered_the_same_on_replay_and_applied_once(tmp_path, postgres_database):
+    from server.compose import build_coordinator
+    from server.scale.aggregator import drain
+
+    worker, aggregator, fenced = cluster(tmp_path, postgres_database)
+    device, _ = worker.enroll("Galaxy S7")
+    device = Device(device.device_id, device.device_model)
+    grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
+    n = worker.run.manifest.num_params
+    first = worker.submit(device, grant.task_id, result(n))
+    assert first.queued and not first.applied and first.weight == 0.0 and first.version == 0
+    replay = worker.submit(device, grant.task_id, result(n))
+    assert replay.duplicate and replay.queued and replay.version == first.version
+    with pytest.raises(Conflict):
+        worker.submit(device, grant.task_id, result(n, 0.02))
+    assert count(postgres_database, "select count(*) from push_queue") == 1
+    assert aggregator.run.version == 0
+
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    assert drain(aggregator, fenced, batch=16, stop=stop) == 1
+    assert aggregator.run.version == 1
+    assert count(postgres_database, "select count(*) from push_queue") == 0
+    assert count(postgres_database, "select current_version from models") == 1
+    assert count(postgres_database, "select count(*) from tasks where status = 'applied'") == 1
+    worker.follow()  # what an announcement triggers
+    assert worker.run.version == 1
+    assert np.allclose(worker.run.params, aggregator.run.params)
+    # another worker (no memory of the task) answers a replay from storage, the same way
+    other = build_coordinator(settings_for(tmp_path, database_url=postgres_database, role="api"))
+    again = other.submit(device, grant.task_id, result(n))
+    assert again.duplicate and again.version == 1 and again.applied  # the aggregator's answer by now
+    for core in (worker, aggregator, other):
+        core.close()
+
+
+def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_database):
+    from server.compose import build_store
+    from server.scale.aggregator import AggregatorStore
+
+    worker, aggregator, fenced = cluster(tmp_path, postgres_database)
+    store = build_store(settings_for(tmp_path, database_url=postgres_database))
+    assert store.take_aggregator_lease("second", now=time.time(), ttl=5.0) is None  # the first holds it
+    token = store.take_aggregator_lease("second", now=time.time() + 60, ttl=5.0)  # once it has lapsed
+    assert token == fenced.token + 1
+    device, _ = worker.enroll("Galaxy S7")
+    device = Device(device.device_id, device.device_model)
+    grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
+    worker.submit(device, grant.task_id, result(worker.run.manifest.num_params))
+    pushes = fenced.queued(10)
+    ticket = aggregator.apply_queued(pushes)
+    with pytest.raises(Exception) as failure:
+        ticket.wait(timeout=30)
+    from server.scale.aggregator import lease_lost
+
+    assert lease_lost(failure.value)
+    assert count(postgres_database, "select count(*) from push_queue") == 1  # still queued, for the second
+    assert count(postgres_database, "select current_version from models") == 0
+    with pytest.raises(LeaseLost):
+        fenced.commit([])
+    second = AggregatorStore(store, holder="second", token=token, ttl=5.0, announcer=None)
+    second.commit([])  # the new holder commits
+    worker.close()
+
+
+def test_dp_is_refused_outside_the_single_process(tmp_path):
+    from server.compose import build_coordinator
+
+    with pytest.raises(ValueError, match="FLEET_ROLE=all"):
+        build_coordinator(settings_for(tmp_path, role="api", dp=True))
