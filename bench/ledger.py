@@ -33,8 +33,11 @@ def audit(database_url: str, acknowledged: dict[str, dict[str, Any]]) -> dict[st
     changed = sorted(
         task
         for task, answer in acknowledged.items()
-        if task in stored and not answer.get("queued") and stored[task].get("version") != answer.get("version")
-    )  # a queued answer (scale-out) said no version: the aggregator's applied row is the one to find
+        # a queued answer (scale-out) promised no version: the aggregator's applied row is what counts
+        if task in stored
+        and not answer.get("queued")
+        and stored[task].get("version") != answer.get("version")
+    )
     made = Counter(
         (row.model_id, (row.outcome or {}).get("version"))
         for row in rows
