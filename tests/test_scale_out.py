@@ -4,7 +4,9 @@ topology: processes, HTTP, a Redis of its own, and kill -9 of each kind of proce
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import threading
 import time
 from pathlib import Path
@@ -129,3 +131,106 @@ def test_dp_is_refused_outside_the_single_process(tmp_path):
 
     with pytest.raises(ValueError, match="FLEET_ROLE=all"):
         build_coordinator(settings_for(tmp_path, role="api", dp=True))
+
+
+def _exactly_once(phase: dict) -> None:
+    assert phase["answers_5xx_not_503"] == 0, phase["server_errors"]
+    assert phase["missing_retry_after"] == 0
+    assert phase["acknowledged"] > 100
+    assert phase["acknowledged_not_stored"] == 0 and phase["versions_made_twice"] == 0
+    assert phase["exactly_once"]
+
+
+@pytest.mark.slow
+@needs_redis
+def test_kill_9_of_a_worker_the_aggregator_and_redis_loses_nothing_acknowledged(tmp_path, postgres_database):
+    from bench.topology import kill_phase
+
+    phase = kill_phase(tmp_path, postgres_database, workers=2, devices=6, seconds=16)
+    _exactly_once(phase)
+    what = [event["what"] for event in phase["events"]]
+    assert what[:2] == ["kill -9 an API worker", "a new API worker runs"] and phase["events"][1]["pids"]
+    assert "a new aggregator holds the lease" in what and "Redis back" in what
+    assert phase["drain_s"] < 60
+
+
+@pytest.mark.slow
+@needs_redis
+def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_first_then_exits(
+    tmp_path, postgres_database
+):
+    from bench.chaos import USER_LIMITS, Load
+    from bench.ledger import audit
+    from server.scale.processes import AggregatorProcess, Topology, drained
+
+    with Topology(tmp_path, postgres_database, workers=1, **USER_LIMITS) as topology:
+        first = topology.aggregator
+        load = Load(topology.url, 4, 12.0, tmp_path / "load.json")
+        second = AggregatorProcess(tmp_path / "second", first.env).start(wait=False)
+        deadline = time.monotonic() + 30
+        while "waiting for it to lapse" not in second.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1)
+        assert "waiting for it to lapse" in second.log.read_text()
+        assert "applying the queue" not in second.log.read_text()  # it holds nothing while the first lives
+        os.kill(first.process.pid, signal.SIGSTOP)  # a GC pause, a frozen VM: past the 2 s lease
+        deadline = time.monotonic() + 20
+        while "applying the queue" not in second.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "applying the queue" in second.log.read_text()
+        os.kill(first.process.pid, signal.SIGCONT)
+        assert first.process.wait(timeout=20) == 3  # its next commit found its token stale: it exits
+        assert "lost its lease" in first.log.read_text()
+        result = load.result(timeout=120)
+        drained(postgres_database)
+        second.stop()
+    ledger = audit(postgres_database, result["acknowledged"])
+    assert ledger["acknowledged"] > 50 and ledger["exactly_once"], ledger
+
+
+@pytest.mark.slow
+@needs_redis
+def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_database):
+    import httpx
+
+    from client import Worker, WorkerConfig
+    from server.process import ADMIN, ENROLL
+    from server.scale.processes import Topology
+    from sim.data import write_shards
+
+    shards, test_path = write_shards(tmp_path / "data", devices=3, partition="iid", seed=1)
+    settings = dict(
+        eval_data=test_path,
+        eval_every_versions=10,
+        eval_interval_s=1,
+        target_accuracy=0.80,
+        learning_rate=0.1,
+        max_batch=64,
+        time_slo_ms=500,
+    )
+    stop = threading.Event()
+    with Topology(tmp_path / "topology", postgres_database, workers=2, **settings) as topology:
+        for i, shard in enumerate(shards):
+            config = WorkerConfig(
+                base_url=topology.url, enrollment_key=ENROLL, data=shard, seed=i, backoff_initial=0.2,
+                backoff_max=1.0, max_consecutive_errors=None, max_seconds=150,
+            )  # fmt: skip
+            threading.Thread(target=Worker(config).run, args=(stop,), daemon=True).start()
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+
+        def stats() -> dict:
+            return httpx.get(f"{topology.url}/v1/admin/stats", headers=admin, timeout=10).json()
+
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and stats()["status"] != "finished":
+            time.sleep(0.5)
+        stop.set()
+        final = stats()
+        evaluations = httpx.get(f"{topology.url}/v1/admin/evaluations", headers=admin, timeout=10).json()
+    assert final["status"] == "finished", final
+    assert max(e["accuracy"] for e in evaluations) >= 0.80
+    assert (
+        count(postgres_database, "select count(*) from tasks where status = 'applied'")
+        >= final["version"]
+        > 0
+    )

@@ -55,6 +55,28 @@ class RedisProcess:
     stop = kill
 
 
+def queue_length(database_url: str) -> int:
+    """Pushes queued and not applied yet, read straight from the database."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            return int(connection.execute(text("SELECT count(*) FROM push_queue")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def drained(database_url: str, timeout: float = 60.0) -> float:
+    """Seconds until the queue is empty (the aggregator applied everything acknowledged)."""
+    started = time.monotonic()
+    while queue_length(database_url):
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"the queue still holds {queue_length(database_url)} pushes after {timeout} s")
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
 class AggregatorProcess:
     """`fleet serve --role aggregator` with FLEET_* settings; ready once it holds the lease."""
 
@@ -126,8 +148,14 @@ class Topology:
 
     def worker_pids(self) -> list[int]:
         assert self.api is not None and self.api.process is not None
-        children = psutil.Process(self.api.process.pid).children()
-        return [c.pid for c in children if c.is_running() and "spawn_main" in " ".join(c.cmdline())]
+        pids = []
+        for child in psutil.Process(self.api.process.pid).children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                    pids.append(child.pid)
+            except psutil.Error:  # gone, or a zombie not reaped yet
+                continue
+        return pids
 
     def kill_worker(self) -> int:
         """SIGKILL one API worker process (uvicorn's supervisor starts a new one)."""

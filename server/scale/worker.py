@@ -37,6 +37,7 @@ class QueueingCoordinator(Coordinator):
     """``Coordinator`` with ``_apply`` replaced by "validate and queue"; it never writes training state."""
 
     state_refresh_s = 1.0  # the strategy's and profiler's state are re-read at most this often
+    recall_wait_s = 1.0
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -62,6 +63,16 @@ class QueueingCoordinator(Coordinator):
             self._durable.pop(next(iter(self._durable)))
         self.recent.staleness.append(outcome.staleness)
         return outcome, ticket
+
+    def recall(self, task_id: str) -> None:
+        """A lease this worker did not grant: another worker's journal may commit it a moment after its
+        device already pushed here, so look again for up to ``recall_wait_s`` before a 404."""
+        deadline = time.monotonic() + self.recall_wait_s
+        while True:
+            super().recall(task_id)
+            if self.knows(task_id) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
     def _checkpoint(self) -> tuple[StateCheckpoint, int]:
         """Workers own no training state: their batches carry none (the aggregator's would be overwritten)."""

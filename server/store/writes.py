@@ -94,13 +94,15 @@ def _write_grants(session: Session, grants: Sequence[TaskGranted]) -> None:
             .values(local_examples=bindparam("examples")),
             [{"device": c["device_id"], "examples": c["local_examples"]} for c in charges],
         )
-    latest = {g.device_id: g for g in grants}  # in grant order: each device's latest request wins
+    # each device's latest request wins; rows are locked in id order, as _write_answers does, so that
+    # concurrent writers (scale-out: API workers and the aggregator) cannot deadlock on them
+    latest = {g.device_id: g for g in grants}
     devices = DeviceRow.__table__
     db.execute(
         update(devices)
         .where(devices.c.id == bindparam("device_id"))
         .values(last_seen=bindparam("seen"), last_features=bindparam("features")),
-        [{"device_id": d, "seen": g.created_at, "features": g.features} for d, g in latest.items()],
+        [{"device_id": d, "seen": g.created_at, "features": g.features} for d, g in sorted(latest.items())],
     )
 
 
@@ -147,7 +149,7 @@ def _write_answers(session: Session, answers: Sequence[PushApplied], *, retentio
         update(devices)
         .where(devices.c.id == bindparam("device_id"))
         .values(tasks_applied=devices.c.tasks_applied + bindparam("n")),
-        [{"device_id": d, "n": n} for d, n in applied.items()],
+        [{"device_id": d, "n": n} for d, n in sorted(applied.items())],
     )
     versions = [(a.new_version, a.at) for a in answers if a.new_version is not None]
     if not versions:
