@@ -31,6 +31,7 @@ REPORTS: dict[str, str] = {
     "peer": "bench.peer",
     "console": "bench.console_pages",
     "dp": "bench.dp_overhead",
+    "scale-out": "bench.scale_out",  # also `fleet bench throughput --topology workers`
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

@@ -271,11 +271,21 @@ def experiment(
 def bench(
     names: Annotated[list[str], typer.Argument(help="benchmarks to run, or 'all'")],
     quick: Annotated[bool, typer.Option(help="short runs (used by tests)")] = False,
+    topology: Annotated[
+        str, typer.Option(help="throughput of: single (one process) or workers (API workers + aggregator)")
+    ] = "single",
 ) -> None:
     """Measure the system against its limits; writes docs/results/performance.md and .json (and, for the
     benchmarks with a report of their own, docs/results/NAME.md and .json)."""
     from bench import BENCHMARKS, REPORTS, run_benchmarks, run_report
 
+    if topology not in ("single", "workers"):
+        raise typer.BadParameter("--topology is single or workers")
+    if topology == "workers":  # the scale-out topology's report (docs/results/scale-out.md)
+        if names != ["throughput"]:
+            raise typer.BadParameter("--topology workers goes with the throughput benchmark only")
+        typer.echo(run_report("scale-out", quick=quick).get("summary", ""))
+        return
     selected = sorted(BENCHMARKS) if names == ["all"] else names
     for name in [n for n in selected if n in REPORTS]:
         typer.echo(run_report(name, quick=quick).get("summary", ""))

@@ -101,6 +101,8 @@ def queued_result(push: QueuedPush) -> TaskResult:
 class Aggregator(Coordinator):
     """``Coordinator`` fed from the queue instead of HTTP: same strategy, profiler and journal."""
 
+    validates_pushes = False  # an API worker validated each push before queueing it (same checks)
+
     def apply_queued(self, pushes: Sequence[QueuedPush]) -> Ticket | None:
         """Apply ``pushes`` in order; the last one's ticket (released once the batch is durable). A push
         the run can no longer take (finished, superseded) leaves the queue as dropped."""
@@ -132,12 +134,40 @@ def drain(
     batch: int,
     stop: threading.Event,
     idle_max_s: float = 0.05,
+    rescan_every: int = 8,
 ) -> int:
     """Apply the queue until ``stop``; returns the number of pushes applied. Raises ``LeaseLost`` when
-    another aggregator took over (nothing of this one's last batch was committed)."""
-    applied, idle = 0, 0.001
+    another aggregator took over (nothing of this one's uncommitted batches was committed).
+
+    Pipelined: while one batch commits, the next (ids above it) is read and applied. Rows committed late
+    with a lower id (a slow worker transaction) are picked up by a rescan from the start, done once the
+    pipeline is empty: when the queue's tail is reached, and every ``rescan_every`` batches."""
+    applied, idle, after, since_rescan = 0, 0.001, 0, 0
+    pending: tuple[Ticket, int] | None = None  # the last batch applied, not known durable yet
+
+    def settle() -> bool:
+        """Wait for the pending batch; False if it failed (memory was reloaded: rescan from the start)."""
+        nonlocal pending, applied
+        if pending is None:
+            return True
+        ticket, size = pending
+        pending = None
+        try:
+            ticket.wait(timeout=120.0)
+        except Exception as exc:
+            if lease_lost(exc):
+                raise LeaseLost(str(exc)) from exc
+            log.warning("a batch of %d queued pushes did not commit (%s); they stay queued", size, exc)
+            stop.wait(0.5)
+            return False
+        applied += size
+        return True
+
     while not stop.is_set():
-        pushes = store.queued(batch)
+        pushes = store.queued(batch, after=after)
+        if len(pushes) < batch or since_rescan >= rescan_every:
+            settle()
+            after, since_rescan = 0, 0
         if not pushes:
             if time.time() - store.committed_at > store.ttl / 3:
                 store.commit([])  # renews the lease (or raises LeaseLost)
@@ -146,15 +176,12 @@ def drain(
             continue
         idle = 0.001
         ticket = aggregator.apply_queued(pushes)
-        if ticket is None:
-            continue
-        try:
-            ticket.wait(timeout=120.0)
-        except Exception as exc:
-            if lease_lost(exc):
-                raise LeaseLost(str(exc)) from exc
-            log.warning("a batch of %d queued pushes did not commit (%s); they stay queued", len(pushes), exc)
-            stop.wait(0.5)
-            continue
-        applied += len(pushes)
+        committed = settle()
+        if ticket is not None:
+            pending = (ticket, len(pushes))
+            after, since_rescan = pushes[-1].queue_id, since_rescan + 1
+        if not committed:  # let this batch finish too (committed, or failed and still queued), then rescan
+            settle()
+            after, since_rescan = 0, 0
+    settle()
     return applied

@@ -85,9 +85,9 @@ class SqlStore:
             write_events(session, events, retention=self.version_retention)
 
     # -- scale-out: the push queue and the aggregator's lease (server/store/queue.py) --------------
-    def queued(self, limit: int) -> list[queue.QueuedPush]:
+    def queued(self, limit: int, *, after: int = 0) -> list[queue.QueuedPush]:
         with self.sessions() as session:
-            return queue.queued(session, limit=limit)
+            return queue.queued(session, limit=limit, after=after)
 
     def queue_length(self) -> int:
         with self.sessions() as session:

@@ -96,16 +96,19 @@ class ClipNorm(StrategyWrapper):
         self.factor, self.window, self.bootstrap = factor, window, bootstrap
         self.norms: deque[float] = deque(maxlen=window)
         self.clipped = 0
+        self._limit: list[float | None] = []  # the threshold, cached until the history changes
 
     def threshold(self) -> float | None:
-        if len(self.norms) < self.bootstrap:
-            return None
-        return self.factor * float(np.median(np.fromiter(self.norms, float)))
+        if not self._limit:
+            enough = len(self.norms) >= self.bootstrap
+            self._limit = [self.factor * float(np.median(np.fromiter(self.norms, float))) if enough else None]
+        return self._limit[0]
 
     def receive(self, arrival: Arrival) -> float:
         norm = float(np.linalg.norm(arrival.gradient))
         limit = self.threshold()
         self.norms.append(norm)
+        self._limit = []
         if limit is not None and norm > limit > 0:
             self.clipped += 1
             arrival = dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(limit / norm))
@@ -121,6 +124,7 @@ class ClipNorm(StrategyWrapper):
         self.inner.load_state_dict(state)
         self.norms = deque((float(n) for n in state.get("clip_norms", [])), maxlen=self.window)
         self.clipped = int(state.get("clipped", 0))
+        self._limit = []
 
 
 class WarmUp(StrategyWrapper):
