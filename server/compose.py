@@ -99,6 +99,10 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
     worker (which only follows what the aggregator writes), the initial model added and the stop rule set."""
     if settings.role != "all" and settings.dp:
         raise ValueError("DP budgets are charged in one process: FLEET_DP needs FLEET_ROLE=all for now")
+    if settings.role != "all" and not settings.resolved_database_url().startswith("postgresql"):
+        raise ValueError(
+            f"FLEET_ROLE={settings.role} needs PostgreSQL (FLEET_DATABASE_URL): docs/scale-out.md"
+        )
     coordinator = coordinator_class(settings.role)(
         store=store or build_store(settings),
         profiler=build_profiler(settings),

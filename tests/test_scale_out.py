@@ -126,11 +126,13 @@ def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_da
     worker.close()
 
 
-def test_dp_is_refused_outside_the_single_process(tmp_path):
+def test_dp_and_sqlite_are_refused_outside_the_single_process(tmp_path, postgres_database):
     from server.compose import build_coordinator
 
     with pytest.raises(ValueError, match="FLEET_ROLE=all"):
-        build_coordinator(settings_for(tmp_path, role="api", dp=True))
+        build_coordinator(settings_for(tmp_path, role="api", dp=True, database_url=postgres_database))
+    with pytest.raises(ValueError, match="needs PostgreSQL"):
+        build_coordinator(settings_for(tmp_path, role="aggregator"))
 
 
 def _exactly_once(phase: dict) -> None:
