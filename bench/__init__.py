@@ -31,6 +31,7 @@ REPORTS: dict[str, str] = {
     "peer": "bench.peer",
     "console": "bench.console_pages",
     "dp": "bench.dp_overhead",
+    "ray": "bench.ray_sim",  # large simulations on the Ray backend: docs/results/ray-sim.md
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

@@ -45,6 +45,10 @@ class GradientWorker:
         self.session = GradientSession(manifest, train_onnx, threads=1)
         self.x, self.y = x, y
 
+    def ready(self) -> bool:
+        """Answered once the actor is up (its start is setup time, not the run's)."""
+        return True
+
     def compute(
         self, batches: list[np.ndarray], which: list[int], *params: np.ndarray
     ) -> tuple[list[float], np.ndarray, float]:
@@ -90,6 +94,7 @@ class RayBackend:
         self.actors = [
             actor.remote(bench.bundle.manifest, bench.bundle.train_onnx, x_ref, y_ref) for _ in range(n)
         ]
+        ray.get([a.ready.remote() for a in self.actors])
         self.chunk, self.window = max(1, chunk), n * max(1, chunk) * max(1, depth)
         self.stats = BackendStats()
         self._versions: OrderedDict[int, Any] = OrderedDict()
