@@ -161,8 +161,8 @@ class RayBackend:
         a last partial one: waiting for a chunk to fill would leave actors idle)."""
         while self._in_flight + self.chunk <= self.window and len(self._pending) >= self.chunk:
             self._send(self._earliest(self.chunk))
-        if partial and self._pending and self._in_flight < self.window:
-            self._send(self._earliest(self.window - self._in_flight))
+        while partial and self._pending and self._in_flight < self.window:
+            self._send(self._earliest(min(self.chunk, self.window - self._in_flight)))
 
     def _params_ref(self, version: int, params: np.ndarray) -> Any:
         ref = self._versions.get(version)
