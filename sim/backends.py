@@ -35,8 +35,8 @@ class BackendUnavailable(RuntimeError):
 @dataclass
 class BackendStats:
     """What a backend did: ``seconds_compute`` summed over whoever ran the training graph,
-    ``seconds_wait`` the driver's time blocked on ``collect``, ``wasted`` gradients computed for tasks
-    whose push never came (the run stopped first)."""
+    ``seconds_wait`` the driver's time blocked on results (local: computing them), ``wasted``
+    gradients computed for tasks whose push never came (the run stopped first)."""
 
     computed: int = 0
     collected: int = 0

@@ -3,11 +3,13 @@
 The virtual clock, the event queue and the coordinator core stay in the driver; only the ONNX training
 graph runs on the actors. Each actor holds one onnxruntime session (1 intra-op thread: one actor per
 CPU is the parallelism) and the training set, which is put into the object store once and read
-zero-copy by every actor on the same node. A version's parameters are put once and passed by
-reference. Work is sent in chunks of the earliest-due granted tasks, and only a bounded window of them
-is in flight: with 100,000 devices thousands of tasks are outstanding in virtual time, and computing
-all of them at grant time would hold thousands of gradients and waste those the run never collects.
-A task whose push comes before it was sent is sent at once (with the next earliest-due ones).
+zero-copy by every actor on the same node. A version's parameters travel inline with the first call
+that needs them (a put costs more than the call, and with an update per gradient most versions serve
+one task); a version a later call needs too is put once and passed by reference from then on.
+Work is sent in chunks of the earliest-due granted tasks, and only a bounded window of them is in
+flight: with 100,000 devices thousands of tasks are outstanding in virtual time, and computing all of
+them at grant time would hold thousands of gradients and waste those the run never collects. A task
+whose push comes before it was sent is sent at once (with the next earliest-due ones).
 
 Only this module imports ray, lazily: the server, the client and the local simulator never do.
 """
@@ -79,7 +81,7 @@ class RayBackend:
     ) -> None:
         """``chunk`` tasks per remote call (a CNN gradient is ~7 ms, a call ~0.5 ms of overhead);
         ``depth`` chunks in flight per actor; the ``versions_kept`` newest versions' object refs are
-        cached so that a version is put once."""
+        cached so that a version is put at most once."""
         ray = import_ray()
         self.ray = ray
         self.owns_ray = not ray.is_initialized()
@@ -96,8 +98,10 @@ class RayBackend:
         ]
         ray.get([a.ready.remote() for a in self.actors])
         self.chunk, self.window = max(1, chunk), n * max(1, chunk) * max(1, depth)
+        self.low = n * self.chunk
         self.stats = BackendStats()
-        self._versions: OrderedDict[int, Any] = OrderedDict()
+        self._versions: OrderedDict[int, Any] = OrderedDict()  # version → its ref in the object store
+        self._inlined: OrderedDict[int, None] = OrderedDict()  # versions sent inline once
         self._versions_kept = versions_kept
         self._pending: dict[Hashable, tuple[int, np.ndarray, np.ndarray]] = {}
         self._due: list[tuple[float, int, Hashable]] = []  # heap over _pending (stale entries skipped)
@@ -157,19 +161,26 @@ class RayBackend:
         return keys
 
     def _fill(self, *, partial: bool) -> None:
-        """Send full chunks of the earliest-due tasks while the window has room (and, at a collection,
-        a last partial one: waiting for a chunk to fill would leave actors idle)."""
+        """Send full chunks of the earliest-due tasks while the window has room; at a collection, also
+        partial ones while less than a chunk per actor is queued (else the actors would go idle)."""
         while self._in_flight + self.chunk <= self.window and len(self._pending) >= self.chunk:
             self._send(self._earliest(self.chunk))
-        while partial and self._pending and self._in_flight < self.window:
+        while partial and self._pending and self._in_flight < self.low:
             self._send(self._earliest(min(self.chunk, self.window - self._in_flight)))
 
-    def _params_ref(self, version: int, params: np.ndarray) -> Any:
+    def _params_arg(self, version: int, params: np.ndarray) -> Any:
+        """The parameters inline at a version's first call, its object ref from the second on."""
         ref = self._versions.get(version)
-        if ref is None:
-            ref = self._versions[version] = self.ray.put(params)
-            if len(self._versions) > self._versions_kept:
-                self._versions.popitem(last=False)  # tasks already sent keep their ref alive
+        if ref is not None:
+            return ref
+        if version not in self._inlined:
+            self._inlined[version] = None
+            if len(self._inlined) > self._versions_kept:
+                self._inlined.popitem(last=False)
+            return params
+        ref = self._versions[version] = self.ray.put(params)
+        if len(self._versions) > self._versions_kept:
+            self._versions.popitem(last=False)  # calls already sent keep their ref alive
         return ref
 
     def _send(self, keys: list[Hashable]) -> None:
@@ -183,7 +194,7 @@ class RayBackend:
             version, params, batch = self._pending.pop(key)
             if version not in index:
                 index[version] = len(refs)
-                refs.append(self._params_ref(version, params))
+                refs.append(self._params_arg(version, params))
             batches.append(batch)
             which.append(index[version])
         a = min(range(len(self.actors)), key=self._load.__getitem__)

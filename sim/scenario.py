@@ -124,7 +124,7 @@ def run_scenario(
     finally:
         gradient_backend.close()
     run_wall = result.seconds_total
-    waiting = result.seconds_gradient
+    waiting = stats["seconds_wait"]  # blocked on results only: sending work is the driver's overhead
     staleness = np.array(result.staleness or [0])
     return {
         "scenario": asdict(scenario),
@@ -145,6 +145,7 @@ def run_scenario(
         "seconds_enroll": round(t2 - t1, 2),
         "seconds_run": round(run_wall, 2),
         "seconds_waiting": round(waiting, 2),
+        "seconds_in_collect": round(result.seconds_gradient, 2),
         "seconds_compute": round(result.seconds_compute, 2),
         "driver_cpu_seconds": round(cpu, 2),
         "overhead": round(1.0 - waiting / run_wall, 3) if run_wall else math.nan,
