@@ -87,7 +87,7 @@ class RayBackend:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             if address:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False)  # the cluster's own settings stand
             else:
                 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
         n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
