@@ -147,6 +147,14 @@ def render(result: dict[str, Any]) -> str:
         *[f"    {r['command']}" for r in result["speedup_runs"]],
         "",
     ]
+    if result.get("history"):
+        rows = [*result["history"], headline(result)]
+        lines += ["## This run and the earlier ones", "", "| " + " | ".join(rows[0]) + " |"]
+        lines += [
+            "|" + "---|" * len(rows[0]),
+            *["| " + " | ".join(str(v) for v in r.values()) + " |" for r in rows],
+        ]
+        lines.append("")
     lines += ["## Reading", "", *reading(big), ""]
     return "\n".join(lines)
 
@@ -171,14 +179,31 @@ def reading(big: dict[str, Any]) -> list[str]:
     ]
 
 
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's figures in one row, kept in later reports: on a shared machine one run is one sample."""
+    big = result["large"]
+    return {
+        "date": result["machine"]["date"],
+        "load before": big["load_before"][0],
+        "large run s": big["seconds_run"],
+        "gradients/s": big["gradients_per_second"],
+        "overhead": big["overhead"],
+        "speed-up 2 vs 1": result["speedup"]["mean"],
+        "speed-up loads": [r["load_before"][0] for r in result["speedup_runs"][1:]],
+    }
+
+
 def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
-    """Measure and write ray-sim.json/.md (ray-sim-quick.* with ``quick``)."""
+    """Measure and write ray-sim.json/.md (ray-sim-quick.* with ``quick``), keeping earlier runs' rows."""
     from bench import machine
 
+    suffix = "-quick" if quick else ""
+    path = out_dir / f"ray-sim{suffix}.json"
+    earlier = json.loads(path.read_text()) if path.exists() else None
     result = run(quick=quick)
     result["machine"] = machine()
-    suffix = "-quick" if quick else ""
-    (out_dir / f"ray-sim{suffix}.json").write_text(json.dumps(result, indent=1))
+    result["history"] = ([*earlier.get("history", []), headline(earlier)] if earlier else [])[-5:]
+    path.write_text(json.dumps(result, indent=1))
     (out_dir / f"ray-sim{suffix}.md").write_text(render(result))
     big = result["large"]
     result["summary"] = (

@@ -69,7 +69,7 @@ class GradientBackend(Protocol):
         ...
 
     def close(self) -> None:
-        """Release workers (the local backend has none)."""
+        """Drop the work not collected and release the workers (the local backend has none)."""
         ...
 
 
@@ -108,7 +108,8 @@ class LocalBackend:
         return dropped
 
     def close(self) -> None:
-        """Nothing to release."""
+        """No workers to release; the uncomputed work is dropped."""
+        self.drain()
 
 
 def make_backend(

@@ -52,7 +52,6 @@ class FleetResult:
     seconds_gradient: float = 0.0  # the event loop waiting for gradients (local: computing them)
     seconds_total: float = 0.0
     seconds_compute: float = 0.0  # the training graph's time, summed over whoever ran it
-    wasted: int = 0  # gradients of tasks still in flight when the run stopped
     end_time: float = 0.0  # virtual time and model version when the run stopped (where a miss is censored)
     end_updates: int = 0
 
@@ -91,7 +90,8 @@ class FleetSimulator:
         """``speeds``: each device's GFLOP/s, fixed (else drawn from the speed classes);
         ``eval_every_gradients``: evaluate after that many gradients instead of every ``eval_every``
         versions, so strategies that buffer K gradients per version are sampled alike; ``backend``:
-        where gradients are computed (default: in this process; the caller closes any other)."""
+        where gradients are computed (default: in this process; the caller closes any other, and
+        a later ``run`` continues with the tasks still in flight)."""
         self.backend: GradientBackend = backend or LocalBackend(bench)
         self.bench, self.timing, self.batch = bench, timing or FleetTiming(), batch
         self.eval_every, self.do_evaluate = eval_every, evaluate
@@ -214,10 +214,7 @@ class FleetSimulator:
                 self._evaluate()
                 break
         self.result.seconds_total = time.perf_counter() - started - self.eval_time
-        wasted_start = self.backend.stats.wasted
-        self.backend.drain()
         self.result.seconds_compute += self.backend.stats.seconds_compute - compute_start
-        self.result.wasted += self.backend.stats.wasted - wasted_start
         self.result.end_time, self.result.end_updates = self.queue.now, self.core.run.version
         return self.result
 

@@ -120,9 +120,9 @@ def run_scenario(
         result = sim.run(max_gradients=scenario.gradients)
         cpu = time.process_time() - cpu0
         final = bench.evaluate(sim.core.run.params, None)[0]
-        stats = gradient_backend.stats.as_dict()
     finally:
-        gradient_backend.close()
+        gradient_backend.close()  # counts the gradients computed for pushes that never came
+    stats = gradient_backend.stats.as_dict()
     run_wall = result.seconds_total
     waiting = stats["seconds_wait"]  # blocked on results only: sending work is the driver's overhead
     staleness = np.array(result.staleness or [0])
@@ -150,6 +150,6 @@ def run_scenario(
         "driver_cpu_seconds": round(cpu, 2),
         "overhead": round(1.0 - waiting / run_wall, 3) if run_wall else math.nan,
         "gradients_per_second": round(result.gradients / run_wall, 1) if run_wall else math.nan,
-        "wasted": result.wasted,
+        "wasted": stats["wasted"],
         "backend_stats": stats,
     }
