@@ -32,6 +32,7 @@ REPORTS: dict[str, str] = {
     "console": "bench.console_pages",
     "dp": "bench.dp_overhead",
     "scale-out": "bench.scale_out",  # also `fleet bench throughput --topology workers`
+    "ray": "bench.ray_sim",  # large simulations on the Ray backend: docs/results/ray-sim.md
 }
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

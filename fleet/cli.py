@@ -1,4 +1,4 @@
-"""`fleet`: serve, worker, demo, model export/push, data prepare. Heavy imports stay inside commands."""
+"""`fleet`: serve, worker, demo, simulate, model export/push, data prepare. Heavy imports stay in commands."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from fleet.simulate import simulate
 
 app = typer.Typer(help="Fleet: online federated learning on phones and edge devices.", no_args_is_help=True)
 model_app = typer.Typer(help="Export and push models.", no_args_is_help=True)
@@ -265,6 +267,9 @@ def experiment(
         return
     result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed, fresh=fresh)
     typer.echo(result.get("summary", {}))
+
+
+app.command()(simulate)  # fleet/simulate.py: its many options live there
 
 
 @app.command()

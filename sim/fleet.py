@@ -2,8 +2,10 @@
 
 Events: a device comes online and asks for a task; its task completes (download, compute, upload)
 and it pushes the gradient; it retries after a rejection; its session ends (maybe churning). The
-gradient is computed on the parameters of the version the device was handed, at push time, with the
-real ONNX training graph; staleness is whatever the timing makes it (τ = version now − version handed).
+gradient is computed on the parameters of the version the device was handed, with the real ONNX
+training graph; staleness is whatever the timing makes it (τ = version now − version handed). With
+``draw_at_grant`` the device draws its mini-batch when it is granted the task, so the gradient is fixed
+from then on and a ``GradientBackend`` (sim/backends.py) may compute it ahead of the clock (Ray).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
 from server.strategies import Strategy
+from sim.backends import GradientBackend, LocalBackend
 from sim.controlled import FEATURES, Workbench
 from sim.events import EventQueue
 from sim.harness import BatchSizer, build_core
@@ -46,8 +49,9 @@ class FleetResult:
     dropped: int = 0
     rejections: int = 0
     joined: int = 0
-    seconds_gradient: float = 0.0
+    seconds_gradient: float = 0.0  # the event loop waiting for gradients (local: computing them)
     seconds_total: float = 0.0
+    seconds_compute: float = 0.0  # the training graph's time, summed over whoever ran it
     end_time: float = 0.0  # virtual time and model version when the run stopped (where a miss is censored)
     end_updates: int = 0
 
@@ -81,10 +85,21 @@ class FleetSimulator:
         evaluate: bool = True,
         speeds: Sequence[float] | None = None,
         eval_every_gradients: int | None = None,
+        backend: GradientBackend | None = None,
+        draw_at_grant: bool = False,
     ) -> None:
         """``speeds``: each device's GFLOP/s, fixed (else drawn from the speed classes);
         ``eval_every_gradients``: evaluate after that many gradients instead of every ``eval_every``
-        versions, so strategies that buffer K gradients per version are sampled alike."""
+        versions, so strategies that buffer K gradients per version are sampled alike; ``backend``:
+        where gradients are computed (default: in this process; the caller closes any other, and
+        a later ``run`` continues with the tasks still in flight); ``draw_at_grant``: each device draws
+        its mini-batch when granted the task, so a backend can compute ahead of the clock (Ray needs
+        it). Off by default: the committed experiments drew it at the push, and their random stream
+        (timings included) stays the one their results came from."""
+        if backend is not None and not isinstance(backend, LocalBackend) and not draw_at_grant:
+            raise ValueError("a backend that computes ahead of the clock needs draw_at_grant=True")
+        self.draw_at_grant = draw_at_grant
+        self.backend: GradientBackend = backend or LocalBackend(bench)
         self.bench, self.timing, self.batch = bench, timing or FleetTiming(), batch
         self.eval_every, self.do_evaluate = eval_every, evaluate
         self.speeds, self.eval_every_gradients = speeds, eval_every_gradients
@@ -133,15 +148,22 @@ class FleetSimulator:
         done = now + self.timing.latency(self.rng) + compute + self.timing.latency(self.rng)
         vd.busy = True
         params = self.core.catalog.params(grant.model_id, grant.version)  # the download, kept on the device
-        self.queue.schedule(done, ("push", i, grant, params))
+        batch = None
+        if self.draw_at_grant:
+            batch = self.rng.choice(vd.shard, size=grant.batch_size, replace=True)
+            self.backend.submit(grant.task_id, grant.version, params, batch, done)
+        self.queue.schedule(done, ("push", i, grant, batch if self.draw_at_grant else params))
 
-    def _push(self, i: int, grant: TaskGrant, params: np.ndarray) -> None:
+    def _push(self, i: int, grant: TaskGrant, drawn: np.ndarray) -> None:
+        """``drawn``: the batch drawn at grant time, or (``draw_at_grant`` off) the parameters handed out,
+        the batch then drawn now, where the experiments' random stream has always drawn it."""
         vd = self.devices[i]
-        batch = self.rng.choice(vd.shard, size=grant.batch_size, replace=True)
+        batch = drawn
+        if not self.draw_at_grant:
+            batch = self.rng.choice(vd.shard, size=grant.batch_size, replace=True)
+            self.backend.submit(grant.task_id, grant.version, drawn, batch, self.queue.now)
         t0 = time.perf_counter()
-        loss, gradient = self.bench.gradients.loss_and_gradient(
-            params, self.bench.train.x[batch], self.bench.train.y[batch]
-        )
+        loss, gradient = self.backend.collect(grant.task_id)
         self.result.seconds_gradient += time.perf_counter() - t0
         self.result.gradients += 1
         if not (math.isfinite(loss) and np.isfinite(gradient).all()):
@@ -179,6 +201,7 @@ class FleetSimulator:
         """Process events until the virtual deadline, a gradient or event budget, the target accuracy, or
         ``give_up`` says the run is lost (checked after each evaluation: a collapsed model ends early)."""
         started = time.perf_counter()
+        compute_start = self.backend.stats.seconds_compute
         self._evaluate()
         evaluated = len(self.result.accuracy)
         while self.queue and self.queue._heap[0][0] <= until:
@@ -206,6 +229,7 @@ class FleetSimulator:
                 self._evaluate()
                 break
         self.result.seconds_total = time.perf_counter() - started - self.eval_time
+        self.result.seconds_compute += self.backend.stats.seconds_compute - compute_start
         self.result.end_time, self.result.end_updates = self.queue.now, self.core.run.version
         return self.result
 
