@@ -18,6 +18,7 @@ import io
 import json
 import zipfile
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,9 @@ class Manifest:
     def has_dp_graph(self) -> bool:
         return bool(self.dp_grad_names)
 
-    @property
+    @cached_property
     def num_params(self) -> int:
+        """Every push checks it: computed once (the dataclass is frozen, so it never changes)."""
         return sum(p.size for p in self.params)
 
     def split(self, flat: np.ndarray) -> dict[str, np.ndarray]:

@@ -96,16 +96,27 @@ class ClipNorm(StrategyWrapper):
         self.factor, self.window, self.bootstrap = factor, window, bootstrap
         self.norms: deque[float] = deque(maxlen=window)
         self.clipped = 0
+        # the threshold of the window as it was at the last append: a push and the coordinator's
+        # describe() both read it, and a median of the window costs far more than a lookup
+        self._threshold: tuple[deque[float], tuple[Any, ...], float | None] | None = None
+        self._appends = 0
 
     def threshold(self) -> float | None:
-        if len(self.norms) < self.bootstrap:
-            return None
-        return self.factor * float(np.median(np.fromiter(self.norms, float)))
+        key = (self._appends, len(self.norms), self.factor, self.bootstrap)
+        cached = self._threshold
+        if cached is not None and cached[0] is self.norms and cached[1] == key:
+            return cached[2]
+        value = None
+        if len(self.norms) >= self.bootstrap:
+            value = self.factor * float(np.median(np.fromiter(self.norms, float)))
+        self._threshold = (self.norms, key, value)
+        return value
 
     def receive(self, arrival: Arrival) -> float:
         norm = float(np.linalg.norm(arrival.gradient))
         limit = self.threshold()
         self.norms.append(norm)
+        self._appends += 1
         if limit is not None and norm > limit > 0:
             self.clipped += 1
             arrival = dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(limit / norm))
