@@ -246,7 +246,10 @@ def decode_tensor(data: bytes, encoding: str = "float32") -> np.ndarray:
 
 def push_digest(meta: bytes, gradient: bytes) -> str:
     """Identifies a push body exactly: a retry with the same digest gets the original answer."""
-    return hashlib.sha256(meta + b"\x00" + gradient).hexdigest()
+    digest = hashlib.sha256(meta)  # fed in parts: the same digest, without copying the gradient
+    digest.update(b"\x00")
+    digest.update(gradient)
+    return digest.hexdigest()
 
 
 def _push_parts(meta: dict[str, Any], gradient: np.ndarray, encoding: str) -> tuple[dict[str, Any], bytes]:

@@ -184,9 +184,26 @@ class SlopeRegressor(RegressorMixin, BaseEstimator):
         return max(self.y_scale_ * acc, floor), personal
 
     def observe_one(self, values: list[float | None], alpha: float, device_model: str) -> SlopeRegressor:
-        """Fast path of ``partial_fit`` for one request's raw feature values (no re-validation of X)."""
-        z = np.array([self._standardise_one(values)])
-        return self._partial_fit_z(z, np.array([float(alpha)]), device_model)
+        """Fast path of ``partial_fit`` for one request's raw feature values (no re-validation of X).
+
+        A device model that already has its personal model (every push but its first) takes the same
+        float64 operations as ``_partial_fit_z`` on one row, without its 2-D arrays (every push runs this)."""
+        reg = self.models_.get(device_model) if isinstance(device_model, str) else None
+        if reg is None:  # a new device model (or a wrong key: the general path says why)
+            z = np.array([self._standardise_one(values)])
+            return self._partial_fit_z(z, np.array([float(alpha)]), device_model)
+        alpha = float(alpha)
+        if not math.isfinite(alpha):
+            raise ValueError("slopes must be finite")
+        x = np.array([1.0, *self._standardise_one(values)])  # _augment's row
+        pa1_step(reg.coef_, x, float(alpha / self.y_scale_), self.C, self.epsilon / self.y_scale_)
+        reg.t_ += 1
+        self.n_updates_[device_model] += 1
+        if alpha > 0:
+            self.min_alpha_[device_model] = min(self.min_alpha_.get(device_model, math.inf), alpha)
+        self._fast_personal[device_model] = reg.coef_.tolist()
+        self._add_pair(x[1:], alpha)
+        return self
 
     # -------------------------------------------------------------- persistence
     def cold_state(self) -> dict[str, Any]:

@@ -26,6 +26,30 @@ def test_params_are_immutable_and_cacheable(make_api):
     assert manifest["num_params"] == info["num_params"] == params.size
 
 
+def test_a_pull_from_memory_is_the_routes_answer(make_api, monkeypatch):
+    """server/api/hotpull.py answers a cached version's pull before routing: the same status, body and
+    headers as the params route, which still answers everything else (conditional, float16, storage)."""
+    from server.api import hotpull
+
+    api = make_api()
+    model_id = api.coordinator.run.model_id
+    url = f"/v1/models/{model_id}/versions/0/params"
+    fast = api.http.get(url)
+    monkeypatch.setattr(hotpull.ParamsFromMemory, "_cached", lambda self, scope: None)  # always the route
+    routed = api.http.get(url)
+    monkeypatch.undo()
+    assert fast.status_code == routed.status_code == 200 and fast.content == routed.content
+    assert sorted(fast.headers.items()) == sorted(routed.headers.items())
+    assert api.http.get(url, headers={"If-None-Match": fast.headers["etag"]}).status_code == 304
+    half = api.http.get(url + "?encoding=float16")
+    assert half.status_code == 200 and len(half.content) == len(fast.content) // 2
+    assert api.http.get(f"/v1/models/{model_id}/versions/00/params").content == fast.content
+    assert api.http.get(f"/v1/models/{model_id}/versions/-1/params").status_code == 422
+    assert api.http.get(f"/v1/models/{model_id}/versions/99/params").status_code == 404
+    api.coordinator.catalog._params.clear()  # not in memory: the route reads storage
+    assert api.http.get(url).content == fast.content
+
+
 def test_old_versions_fall_out_of_retention_with_410(make_api):
     api = make_api(version_retention=2)
     headers = api.enroll()

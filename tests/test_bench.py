@@ -52,6 +52,29 @@ def test_asgi_layer_runs_real_cycles_through_the_app():
     assert run["version"] == 3 * (1 + 2)
 
 
+def test_asgi_layers_split_the_cycle_cpu():
+    """bench.asgi's per-layer CPU: every route and inner layer measured, and the instruments removed after."""
+    from bench.asgi import asgi_run
+    from server.api.routes import tasks
+
+    decode = tasks.decode_tensor
+    run = asgi_run("mnist_cnn", devices=3, cycles=2, layers=True)
+    layers = run["layers_us"]
+    assert run["version"] == 3 * (1 + 2) and tasks.decode_tensor is decode
+    for layer in (
+        "route: request",
+        "route: pull",
+        "route: push",
+        "core: apply (submit_nowait)",
+        "push: digest (sha256)",
+        "metrics (prometheus)",
+        "thread: journal writer",
+    ):
+        assert layers[layer] > 0, layer
+    assert layers["route: push"] > layers["core: apply (submit_nowait)"]
+    assert layers["process total"] >= layers["thread: event loop"]
+
+
 def test_simulator_benchmark_runs_the_asked_number_of_events():
     from bench.simulator import measure
 

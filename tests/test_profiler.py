@@ -388,3 +388,33 @@ def test_invalid_settings_fail_at_fit(boot: tuple) -> None:
         p.fit(x, t)
     with pytest.raises(ValueError, match="positive slope"):
         SlopeRegressor().fit(x[:, :4], -np.abs(t))
+
+
+def test_observe_one_fast_path_is_the_general_path_to_the_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A known device model's update skips the 2-D arrays of ``_partial_fit_z``, not one of its float64
+    operations: both paths leave every coefficient, sum, pair and floor identical."""
+    import copy
+    import random
+
+    def general(self: SlopeRegressor, values: list, alpha: float, device_model: str) -> SlopeRegressor:
+        return self._partial_fit_z(np.array([self._standardise_one(values)]), np.array([alpha]), device_model)
+
+    rng = random.Random(3)
+    fast = IProf()
+    fast.batch_size("m0", {"total_memory": 4e9, "available_memory": 1e9})
+    slow = copy.deepcopy(fast)
+    for _ in range(1000):
+        model = f"m{rng.randint(0, 5)}"
+        features = {"total_memory": rng.choice([2e9, 8e9]), "available_memory": rng.uniform(1e8, 2e9)}
+        size, time_ms = rng.randint(1, 64), rng.uniform(1, 5000)
+        energy = rng.choice([None, rng.random() / 10])
+        fast.observe(model, features, size, time_ms, energy)
+        with monkeypatch.context() as patch:
+            patch.setattr(SlopeRegressor, "observe_one", general)
+            slow.observe(model, features, size, time_ms, energy)
+    for a, b in ((fast.time_, slow.time_), (fast.energy_, slow.energy_)):
+        assert a._fast_personal == b._fast_personal and list(a.pairs_) == list(b.pairs_)
+        assert np.array_equal(a._gram, b._gram) and np.array_equal(a._moment, b._moment)
+        assert a.min_alpha_ == b.min_alpha_ and a.n_updates_ == b.n_updates_
+    assert fast.cold_state() == slow.cold_state()
+    assert all(fast.device_state(m) == slow.device_state(m) for m in fast.device_models())

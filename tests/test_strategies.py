@@ -135,3 +135,27 @@ def test_admission_thresholds_drop_the_requested_fraction():
     assert 0.35 < small < 0.45
     assert 0.08 < similar < 0.16  # 20% of the 60% left after the size threshold
     assert AdmissionController().check(1, 0.99) is None  # p = 0 accepts all
+
+
+def test_adasgd_percentile_matches_numpy_bit_for_bit():
+    """τ_thres comes from a sorted window kept up to date per gradient, not np.percentile over an
+    array: the same float64 operations, so the same value, also across a state round trip."""
+    import random
+
+    from server.strategies.adasgd import linear_percentile
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        values = sorted(rng.randint(0, rng.choice([3, 40, 5000])) for _ in range(rng.randint(1, 80)))
+        q = rng.choice([99.7, 99.0, 50.0, 0.0, 100.0, rng.uniform(0, 100)])
+        assert linear_percentile(values, q) == float(np.percentile(np.asarray(values, float), q))
+    strategy = AdaSGD(bootstrap=5, window=40)
+    gradient, counts = np.zeros(3, np.float32), np.ones(3, np.int64)
+    for i in range(300):
+        strategy.receive(Arrival(str(i), "d", 0, rng.randint(0, 50), gradient, counts, 3, 1.0, float(i)))
+        seen = np.fromiter(strategy.staleness_seen, float)
+        expected = None if seen.size < 5 else max(1.0, float(np.percentile(seen, strategy.percentile)))
+        assert strategy.current_tau_thres() == expected
+    restored = AdaSGD(bootstrap=5, window=40)
+    restored.load_state_dict(strategy.state_dict())
+    assert restored.current_tau_thres() == strategy.current_tau_thres()

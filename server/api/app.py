@@ -18,6 +18,7 @@ from server import console
 from server.api import openapi
 from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
+from server.api.hotpull import ParamsFromMemory
 from server.api.metrics import Metrics
 from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, privacy, tasks
@@ -112,10 +113,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
     app.state.enroll_limiter = RateLimiter(rate=settings.enroll_rate_per_second, burst=settings.enroll_burst)
-    if settings.console:
-        console.install(app)
     app.state.max_body_bytes = settings.max_body_bytes
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ParamsFromMemory, state=app.state)  # a task's pull, before routing (hotpull.py)
 
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
 
@@ -137,13 +137,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             headers={"Retry-After": str(max(1, round(exc.retry_after)))},
         )
 
-    # every route that reads or writes the database may answer 503 storage_unavailable
-    for router in (devices.router, tasks.router, models.router, privacy.device_router):
+    # every route that reads or writes the database may answer 503 storage_unavailable; the task routes
+    # first: FastAPI tries the routers in order, twice per request, and every task asks then pushes
+    for router in (tasks.router, models.router, devices.router, privacy.device_router):
         app.include_router(router, prefix="/v1", responses=STORAGE_DOWN)
     for router in (admin.router, profiler_routes.router, privacy.admin_router):
         app.include_router(
             router, prefix="/v1", dependencies=[admin.AdminOnly], responses={**ADMIN_AUTH, **STORAGE_DOWN}
         )
+    if settings.console:  # after the device API: a device's request is not matched against /admin's routes
+        console.install(app)
     app.include_router(health.router)
     openapi.install(app)  # one error schema; the hand-written request forms' schemas
     return app

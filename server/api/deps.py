@@ -84,8 +84,25 @@ async def enrollment_rate(request: Request) -> None:
     _over_limit(request.app.state.enroll_limiter, address)
 
 
-AuthenticatedDevice = Annotated[Device, Depends(current_device)]
-LimitedDevice = Annotated[Device, Depends(limited_device)]
+class DeviceToken(HTTPBearer):
+    """The calling device, as one dependency that is also the DeviceToken security scheme (the OpenAPI
+    document is the same as with ``current_device`` on ``device_bearer``): FastAPI resolves every
+    dependency of a route on every request, and a device makes two per task."""
+
+    def __init__(self, *, limited: bool) -> None:
+        description = device_bearer.model.description
+        super().__init__(scheme_name=device_bearer.scheme_name, description=description, auto_error=False)
+        self.limited = limited
+
+    async def __call__(self, request: Request) -> Device:  # type: ignore[override]
+        credentials = await super().__call__(request)
+        if self.limited:
+            return await limited_device(request, credentials)
+        return await current_device(request, credentials)
+
+
+AuthenticatedDevice = Annotated[Device, Depends(DeviceToken(limited=False))]
+LimitedDevice = Annotated[Device, Depends(DeviceToken(limited=True))]
 
 
 def require_admin(request: Request, credentials: AdminCredentials) -> None:

@@ -361,7 +361,7 @@ class Coordinator(Steering):
         self._dirty_profiles.add(lease.device_model)
         stored = None
         if new_params is not None:
-            stored = new_params.astype("<f4").tobytes()
+            stored = new_params.astype("<f4", copy=False).tobytes()
             run.params, run.version = new_params, version
             self.catalog.remember(run.model_id, version, stored)
         self.leases.answered(lease, result.digest, outcome.to_dict())

@@ -313,13 +313,26 @@ def _upsert(session: Session, table: Any, key: dict[str, Any], values: dict[str,
         session.execute(insert(table).values(**key, **values))
 
 
+# the journal saves the strategy and the profiles with every batch: statements built once (their cache key
+# is derived again for every new construct)
+_STRATEGY, _PROFILES = StrategyRow.__table__, ProfilerRow.__table__
+SET_STRATEGY = (
+    update(_STRATEGY)
+    .where(_STRATEGY.c.model_id == bindparam("m"))
+    .values(state=bindparam("state"), updated_at=bindparam("at"))
+)
+SET_PROFILES = (
+    update(_PROFILES)
+    .where(_PROFILES.c.key == bindparam("k"))
+    .values(state=bindparam("state"), updated_at=bindparam("updated_at"))
+)
+
+
 def save_strategy_state(*, session: Session, model_id: str, state: dict[str, Any], now: float) -> None:
-    _upsert(
-        session,
-        StrategyRow.__table__,
-        {"model_id": model_id},
-        {"state": encode_state(state), "updated_at": now},
-    )
+    """UPDATE, then INSERT if the model has no saved state yet."""
+    data = encode_state(state)
+    if not session.execute(SET_STRATEGY, {"m": model_id, "state": data, "at": now}).rowcount:  # type: ignore[attr-defined]
+        session.execute(insert(_STRATEGY).values(model_id=model_id, state=data, updated_at=now))
 
 
 def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | None:
@@ -335,12 +348,9 @@ def save_profiler_states(*, session: Session, states: dict[str, dict[str, Any]],
     """Many profiles in one UPDATE (executemany), then INSERT the keys that were not there yet."""
     if not states:
         return
-    table = ProfilerRow.__table__
+    table = _PROFILES
     rows = [{"k": k, "state": v, "updated_at": now} for k, v in states.items()]
-    matched = session.execute(
-        update(table).where(table.c.key == bindparam("k")).values(state=bindparam("state"), updated_at=now),
-        rows,
-    ).rowcount  # type: ignore[attr-defined]
+    matched = session.execute(SET_PROFILES, rows).rowcount  # type: ignore[attr-defined]
     if matched == len(rows):
         return
     present = set(session.scalars(select(table.c.key).where(table.c.key.in_(list(states)))))

@@ -39,6 +39,39 @@ from server.store import queue
 from server.store import repository as repo
 from server.store.tables import DeviceRow, MeasurementRow, ModelRow, PrivacyChargeRow, TaskRow, VersionRow
 
+# Every batch runs these statements: built once, because SQLAlchemy derives a statement's cache key on each
+# execution of a new construct (tens of µs each), and reuses it for the same object.
+_TASKS, _DEVICES = TaskRow.__table__, DeviceRow.__table__
+_VERSIONS, _MODELS = VersionRow.__table__, ModelRow.__table__
+INSERT_TASKS = insert(_TASKS)
+INSERT_CHARGES = insert(PrivacyChargeRow.__table__)
+SET_EXAMPLES = (
+    update(_DEVICES).where(_DEVICES.c.id == bindparam("device")).values(local_examples=bindparam("examples"))
+)
+SET_SEEN = (
+    update(_DEVICES)
+    .where(_DEVICES.c.id == bindparam("device_id"))
+    .values(last_seen=bindparam("seen"), last_features=bindparam("features"))
+)
+SET_ANSWERED = update(_TASKS).where(_TASKS.c.id == bindparam("task_id"))
+INSERT_MEASUREMENTS = insert(MeasurementRow.__table__)
+COUNT_APPLIED = (
+    update(_DEVICES)
+    .where(_DEVICES.c.id == bindparam("device_id"))
+    .values(tasks_applied=_DEVICES.c.tasks_applied + bindparam("n"))
+)
+INSERT_VERSIONS = insert(_VERSIONS)
+MOVE_HEAD = (
+    update(_MODELS)
+    .where(_MODELS.c.id == bindparam("model_id"), _MODELS.c.current_version < bindparam("newest"))
+    .values(current_version=bindparam("newest"))
+)
+DROP_OLD_VERSIONS = delete(_VERSIONS).where(
+    _VERSIONS.c.model_id == bindparam("model_id"),
+    _VERSIONS.c.version > 0,
+    _VERSIONS.c.version <= bindparam("oldest_dropped"),
+)
+
 
 def write_events(session: Session, events: Sequence[Event], *, retention: int) -> None:
     """``events`` in order; consecutive grants and consecutive answers become one bulk statement each."""
@@ -85,31 +118,21 @@ def _write_grants(session: Session, grants: Sequence[TaskGranted]) -> None:
         for g in grants
     ]
     db = session.connection()
-    db.execute(insert(TaskRow.__table__), rows)
+    db.execute(INSERT_TASKS, rows)
     charges = [asdict(g.privacy) for g in grants if g.privacy is not None]
     if charges:
-        db.execute(insert(PrivacyChargeRow.__table__), charges)
-        db.execute(
-            update(DeviceRow.__table__)
-            .where(DeviceRow.__table__.c.id == bindparam("device"))
-            .values(local_examples=bindparam("examples")),
-            [{"device": c["device_id"], "examples": c["local_examples"]} for c in charges],
-        )
+        db.execute(INSERT_CHARGES, charges)
+        examples = [{"device": c["device_id"], "examples": c["local_examples"]} for c in charges]
+        db.execute(SET_EXAMPLES, examples)
     # each device's latest request wins; rows are locked in id order, as _write_answers does, so that
     # concurrent writers (scale-out: API workers and the aggregator) cannot deadlock on them
     latest = {g.device_id: g for g in grants}
-    devices = DeviceRow.__table__
-    db.execute(
-        update(devices)
-        .where(devices.c.id == bindparam("device_id"))
-        .values(last_seen=bindparam("seen"), last_features=bindparam("features")),
-        [{"device_id": d, "seen": g.created_at, "features": g.features} for d, g in sorted(latest.items())],
-    )
+    seen = [{"device_id": d, "seen": g.created_at, "features": g.features} for d, g in sorted(latest.items())]
+    db.execute(SET_SEEN, seen)
 
 
 def _write_answers(session: Session, answers: Sequence[PushApplied], *, retention: int) -> None:
     """Core statements on the connection: no ORM bookkeeping per row."""
-    versions_table = VersionRow.__table__
     db = session.connection()
     if db.dialect.name == "postgresql":
         _answers_postgres(db, answers)
@@ -117,18 +140,12 @@ def _write_answers(session: Session, answers: Sequence[PushApplied], *, retentio
         _answers_rows(db, answers)
     queue.delete_applied(db, [a.queue_id for a in answers if a.queue_id is not None])
     applied = Counter(a.device_id for a in answers)
-    devices = DeviceRow.__table__
-    db.execute(
-        update(devices)
-        .where(devices.c.id == bindparam("device_id"))
-        .values(tasks_applied=devices.c.tasks_applied + bindparam("n")),
-        [{"device_id": d, "n": n} for d, n in sorted(applied.items())],
-    )
+    db.execute(COUNT_APPLIED, [{"device_id": d, "n": n} for d, n in sorted(applied.items())])
     versions = [(a.new_version, a.at) for a in answers if a.new_version is not None]
     if not versions:
         return
     db.execute(
-        insert(versions_table),
+        INSERT_VERSIONS,
         [
             {"model_id": v.model_id, "version": v.version, "params": v.params, "created_at": at}
             for v, at in versions
@@ -139,9 +156,8 @@ def _write_answers(session: Session, answers: Sequence[PushApplied], *, retentio
 
 def _answers_rows(db: Connection, answers: Sequence[PushApplied]) -> None:
     """The tasks' answers and the measurements, one executemany each (SQLite)."""
-    tasks = TaskRow.__table__
     db.execute(
-        update(tasks).where(tasks.c.id == bindparam("task_id")),
+        SET_ANSWERED,
         [
             {
                 "task_id": a.task_id,
@@ -156,7 +172,7 @@ def _answers_rows(db: Connection, answers: Sequence[PushApplied]) -> None:
         ],
     )
     db.execute(
-        insert(MeasurementRow.__table__),
+        INSERT_MEASUREMENTS,
         [
             {
                 "task_id": a.task_id,
@@ -230,29 +246,15 @@ def _answers_postgres(db: Connection, answers: Sequence[PushApplied]) -> None:
 def _new_head(db: Connection, model_id: str, newest: int, *, retention: int) -> None:
     """Move the model's current version up to ``newest`` (never down: pushes on the head a promotion
     replaced may be written after it, in the same batch) and drop versions past retention."""
-    versions_table, models = VersionRow.__table__, ModelRow.__table__
-    db.execute(
-        update(models)
-        .where(models.c.id == model_id, models.c.current_version < newest)
-        .values(current_version=newest)
-    )
-    db.execute(
-        delete(versions_table).where(
-            versions_table.c.model_id == model_id,
-            versions_table.c.version > 0,
-            versions_table.c.version <= newest - retention,
-        )
-    )
+    db.execute(MOVE_HEAD, {"model_id": model_id, "newest": newest})
+    db.execute(DROP_OLD_VERSIONS, {"model_id": model_id, "oldest_dropped": newest - retention})
 
 
 def _promote(session: Session, event: HeadPromoted, *, retention: int) -> None:
     """The promoted parameters as a new version, which becomes the head of the one active model."""
     db = session.connection()
-    db.execute(
-        insert(VersionRow.__table__).values(
-            model_id=event.model_id, version=event.version, params=event.params, created_at=event.at
-        )
-    )
+    version = {"model_id": event.model_id, "version": event.version, "params": event.params}
+    db.execute(INSERT_VERSIONS, {**version, "created_at": event.at})
     _new_head(db, event.model_id, event.version, retention=retention)
     repo.activate_model(session=session, model_id=event.model_id)
     repo.set_model_fields(session=session, model_id=event.model_id, status="training")

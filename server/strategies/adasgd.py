@@ -16,6 +16,8 @@ the fastest devices' gradients, so its best rate is 2-4x below DynSGD's and it d
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,6 +37,22 @@ class AdaSGDSettings(StrategySettings):
     boost_floor: float
     boost_scope: Literal["all", "stragglers", "none"]
     global_counts: Literal["samples", "weighted"]
+
+
+def linear_percentile(ordered: list[int], percentile: float) -> float:
+    """``np.percentile(ordered, percentile)`` (method "linear") of a sorted, non-empty list, bit for bit:
+    the same float64 operations as numpy's ``_quantile`` and ``_lerp``, without building an array."""
+    n = len(ordered)
+    virtual = (n - 1) * (percentile / 100)
+    if virtual >= n - 1:
+        return float(ordered[-1])
+    if virtual < 0:
+        return float(ordered[0])
+    below = math.floor(virtual)
+    gamma = virtual - below
+    a, b = float(ordered[below]), float(ordered[below + 1])
+    diff = b - a
+    return b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma
 
 
 class AdaSGD(Strategy):
@@ -69,6 +87,9 @@ class AdaSGD(Strategy):
         self.label_totals: np.ndarray | None = None
         self._thres_known = False  # the percentile is cached until the next staleness value arrives
         self._thres: float | None = None
+        # staleness_seen in sorted order, kept up to date by weigh (a percentile is then two lookups)
+        self._sorted: list[int] | None = None
+        self._sorted_for: deque[int] | None = None
 
     # -- statistics ----------------------------------------------------------------------------
     def current_tau_thres(self) -> float | None:
@@ -79,10 +100,15 @@ class AdaSGD(Strategy):
             self._thres = (
                 None
                 if len(self.staleness_seen) < self.bootstrap
-                else max(1.0, float(np.percentile(np.fromiter(self.staleness_seen, float), self.percentile)))
+                else max(1.0, linear_percentile(self._sorted_window(), self.percentile))
             )
             self._thres_known = True
         return self._thres
+
+    def _sorted_window(self) -> list[int]:
+        if self._sorted is None or self._sorted_for is not self.staleness_seen:
+            self._sorted, self._sorted_for = sorted(self.staleness_seen), self.staleness_seen
+        return self._sorted
 
     def dampening(self, tau: int) -> float:
         """Λ(τ): DynSGD while bootstrapping, then exp(−β·τ) (τ capped at τ_thres if ``staleness_cap``)."""
@@ -114,7 +140,15 @@ class AdaSGD(Strategy):
         if boosted and sim is not None:
             weight = damp / max(self.boost_floor, sim)
         weight = min(1.0, weight)
-        self.staleness_seen.append(int(tau))
+        seen, ordered = self.staleness_seen, self._sorted
+        in_step = ordered is not None and self._sorted_for is seen and len(ordered) == len(seen)
+        if in_step and len(seen) == seen.maxlen:  # the oldest value leaves the window
+            del ordered[bisect.bisect_left(ordered, seen[0])]
+        seen.append(int(tau))
+        if in_step:
+            bisect.insort(ordered, int(tau))
+        else:
+            self._sorted = None
         self._thres_known = False
         self._count_labels(arrival.label_counts, weight)
         return weight

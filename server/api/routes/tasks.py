@@ -16,12 +16,13 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_tensor, push_digest
-from server.api.deps import AuthenticatedDevice, CoordinatorDep, LimitedDevice
+from server.api.deps import AuthenticatedDevice, LimitedDevice
 from server.api.errors import DEVICE_AUTH, JSON_BODY, RATE_LIMITED, RETRY_AFTER, WITH_BODY, answer
 from server.api.metrics import Metrics
 from server.api.openapi import ref
 from server.api.params import TaskId
 from server.api.schemas import ResultMeta, TaskIn
+from server.core.coordinator import Coordinator
 from server.core.errors import StorageUnavailable
 from server.core.journal import Ticket
 from server.core.types import TaskRequest, TaskResult
@@ -48,9 +49,9 @@ REJECTIONS = {
     response_model=TaskGrant,
     responses={**GRANT_LINKS, **REJECTIONS, **RATE_LIMITED, **JSON_BODY},
 )
-async def request_task(
-    body: TaskIn, device: LimitedDevice, coordinator: CoordinatorDep, request: Request
-) -> TaskGrant | JSONResponse:
+async def request_task(body: TaskIn, device: LimitedDevice, request: Request) -> TaskGrant | JSONResponse:
+    # the coordinator and metrics from the app's state, not dependencies: each costs every request
+    coordinator: Coordinator = request.app.state.coordinator
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     task_request = TaskRequest(
@@ -223,10 +224,9 @@ PUSH_REFUSALS = {
 @router.post(
     "/{task_id}/result", response_model=PushOutcome, responses=PUSH_REFUSALS, openapi_extra=PUSH_FORMS
 )
-async def push_result(
-    task_id: TaskId, request: Request, device: AuthenticatedDevice, coordinator: CoordinatorDep
-) -> PushOutcome:
+async def push_result(task_id: TaskId, request: Request, device: AuthenticatedDevice) -> PushOutcome:
     """The gradient of a granted task: a raw body with the meta in the Fleet-Meta header, or multipart."""
+    coordinator: Coordinator = request.app.state.coordinator
     metrics: Metrics = request.app.state.metrics
     started = time.perf_counter()
     meta_bytes, gradient_bytes, meta_loc = await _read_push(request)
