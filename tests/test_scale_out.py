@@ -223,11 +223,22 @@ def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_dat
         def stats() -> dict:
             return httpx.get(f"{topology.url}/v1/admin/stats", headers=admin, timeout=10).json()
 
+        def status() -> str:  # what the database says: the aggregator applies the stop rule
+            engine = create_engine(postgres_database.replace("postgresql://", "postgresql+psycopg://"))
+            try:
+                with engine.connect() as connection:
+                    return str(connection.execute(text("select status from models")).scalar_one())
+            finally:
+                engine.dispose()
+
         deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and stats()["status"] != "finished":
+        while time.monotonic() < deadline and status() != "finished":
             time.sleep(0.5)
         stop.set()
-        final = stats()
+        time.sleep(1.5)  # each API worker follows the stored status within a second
+        finals = [stats() for _ in range(6)]  # fresh connections: both workers answer some of them
+        final = finals[-1]
+        assert all(f["status"] == "finished" for f in finals), finals
         evaluations = httpx.get(f"{topology.url}/v1/admin/evaluations", headers=admin, timeout=10).json()
     assert final["status"] == "finished", final
     assert max(e["accuracy"] for e in evaluations) >= 0.80
