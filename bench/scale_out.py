@@ -54,6 +54,19 @@ def server_cpu_seconds(roots: list[int]) -> float:
     return total
 
 
+def commits(database_url: str) -> int:
+    """Transactions committed in the run's database so far (PostgreSQL's own count)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as connection:
+            sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            return int(connection.execute(text(sql)).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def current_version(database_url: str) -> int:
     from sqlalchemy import create_engine, text
 
@@ -79,9 +92,11 @@ def loadgen(url: str, devices: int, seconds: float) -> dict[str, Any]:
 
 def measure(url: str, roots: list[int], database_url: str, devices: int, seconds: float) -> dict[str, Any]:
     cpu0, version0, t0 = server_cpu_seconds(roots), current_version(database_url), time.monotonic()
+    commits0 = commits(database_url)
     load = loadgen(url, devices, seconds)
     elapsed = time.monotonic() - t0
     cpu = server_cpu_seconds(roots) - cpu0
+    transactions = commits(database_url) - commits0
     applied = current_version(database_url) - version0
     pushes = load["pushes"]
     return {
@@ -90,6 +105,8 @@ def measure(url: str, roots: list[int], database_url: str, devices: int, seconds
         "push p99 ms": load["push_p99_ms"],
         "task p99 ms": load["task_p99_ms"],
         "server CPU µs/push": round(cpu / pushes * 1e6) if pushes else None,
+        # PostgreSQL transactions per push: group commit's batching (statistics lag a little)
+        "commits/push": round(transactions / pushes, 2) if pushes else None,
         "applied/s": round(applied / elapsed, 1),  # includes enrollment and start-up: a lower bound
         "queue left": queue_length(database_url),  # acknowledged, not applied yet when the load ended
     }
@@ -240,7 +257,8 @@ process*: `fleet serve` on PostgreSQL. *N API workers + aggregator*: `fleet serv
 N`, `fleet serve --role aggregator`, a Redis of its own (docs/scale-out.md). A push is acknowledged once
 durable: applied (single) or queued (workers). *server CPU µs/push*: user + system CPU of every server
 process (uvicorn master and workers, the aggregator, Redis, every PostgreSQL backend on the machine)
-during the run, divided by the pushes acknowledged. *applied/s*: versions the aggregator made during
+during the run, divided by the pushes acknowledged; *commits/push*: PostgreSQL transactions committed in
+the run's database per push (group commit's batching). *applied/s*: versions the aggregator made during
 the run (start-up included); *queue left*: acknowledged and not applied yet when the load stopped
 (the aggregator falling behind). Everything, load generator included, shares the machine's
 {m["cores"]} cores.

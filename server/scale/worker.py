@@ -83,26 +83,27 @@ class QueueingCoordinator(Coordinator):
         """Catch up with storage: the active model, its newest committed version, and (at most once per
         ``state_refresh_s``) the strategy's and profiler's state that grants are computed from."""
         with self._following:
-            record = self.catalog.active()
-            if record is None:
+            head = self.store.active_head()  # type: ignore[attr-defined]
+            if head is None:
                 return
+            model_id, version, status = head
             run = self.run
-            if run is None or run.model_id != record.model_id:
+            if run is None or run.model_id != model_id:
                 with self._lock:
-                    self._activate(record.model_id)
+                    self._activate(model_id)
                 return
             params = None
-            if record.current_version > run.version:
-                data = self.catalog.params_bytes(record.model_id, record.current_version)
+            if version > run.version:
+                data = self.catalog.params_bytes(model_id, version)
                 params = np.frombuffer(data, dtype="<f4").astype(np.float32)
             now = time.monotonic()
             refresh = now - self._state_read_at >= self.state_refresh_s
-            strategy = self.store.strategy_state(record.model_id) if refresh else None
+            strategy = self.store.strategy_state(model_id) if refresh else None
             profiles = self.store.profiler_states() if refresh else {}
             with self._lock:
-                if params is not None and record.current_version > run.version:
-                    run.params, run.version = params, record.current_version
-                run.status = record.status
+                if params is not None and version > run.version:
+                    run.params, run.version = params, version
+                run.status = status
                 if strategy is not None:
                     run.strategy.load_state_dict(strategy)
                 for key, state in profiles.items():

@@ -93,6 +93,17 @@ class SqlStore:
         with self.sessions() as session:
             return queue.queue_length(session)
 
+    def active_head(self) -> tuple[str, int, str] | None:
+        """(model id, current version, status) of the active model: what an API worker polls, without
+        the model's graphs (reading the whole row on every announcement cost more than the pushes)."""
+        with self.sessions() as session:
+            row = session.execute(
+                select(ModelRow.id, ModelRow.current_version, ModelRow.status).where(
+                    ModelRow.active.is_(True)
+                )
+            ).first()
+        return None if row is None else (str(row.id), int(row.current_version), str(row.status))
+
     def take_aggregator_lease(self, holder: str, *, now: float, ttl: float) -> int | None:
         with self.sessions.begin() as session:
             return queue.take_lease(session, holder=holder, now=now, ttl=ttl)
