@@ -120,6 +120,7 @@ class Journal:
         reload: Callable[[], list[Ticket]],
         durable: bool = True,
         inline_batch: int = 64,
+        grant_linger_s: float = 0.02,
     ) -> None:
         self.store = store
         self.checkpoint = checkpoint
@@ -127,6 +128,7 @@ class Journal:
         self.reload = reload
         self.durable = durable
         self.inline_batch = inline_batch
+        self.grant_linger_s = grant_linger_s
         self._queue: list[_Queued] = []
         self._appended = 0
         self._lock = threading.Lock()  # the queue's own lock
@@ -196,6 +198,14 @@ class Journal:
                     self._wake.wait(0.5)
                 if self._closed and not self._queue:
                     return
+                # nobody waits for grants: let them gather for up to grant_linger_s, until a write that
+                # someone awaits arrives (one commit per grant was most of the scale-out's transactions)
+                linger_until = time.monotonic() + self.grant_linger_s
+                while not self._closed and all(q.ticket is None for q in self._queue):
+                    left = linger_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake.wait(left)
             try:
                 self.flush()
             except Exception:  # the writer must outlive any one batch (its tickets are already failed)

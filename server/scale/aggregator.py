@@ -135,13 +135,16 @@ def drain(
     stop: threading.Event,
     idle_max_s: float = 0.05,
     rescan_every: int = 8,
+    linger_s: float = 0.01,
 ) -> int:
     """Apply the queue until ``stop``; returns the number of pushes applied. Raises ``LeaseLost`` when
     another aggregator took over (nothing of this one's uncommitted batches was committed).
 
     Pipelined: while one batch commits, the next (ids above it) is read and applied. Rows committed late
     with a lower id (a slow worker transaction) are picked up by a rescan from the start, done once the
-    pipeline is empty: when the queue's tail is reached, and every ``rescan_every`` batches."""
+    pipeline is empty: when the queue's tail is reached, and every ``rescan_every`` batches. After a
+    batch that emptied the queue it waits ``linger_s``, so that a light load still makes batches of
+    several pushes (an acknowledgement does not wait for it: pushes are answered once queued)."""
     applied, idle, after, since_rescan = 0, 0.001, 0, 0
     pending: tuple[Ticket, int] | None = None  # the last batch applied, not known durable yet
 
@@ -183,5 +186,7 @@ def drain(
         if not committed:  # let this batch finish too (committed, or failed and still queued), then rescan
             settle()
             after, since_rescan = 0, 0
+        elif len(pushes) < batch:
+            stop.wait(linger_s)
     settle()
     return applied
