@@ -16,6 +16,7 @@ from experiments.report import fmt
 from experiments.report import number as _num
 from experiments.report import read_results as _load
 from experiments.report import results_link as _link
+from experiments.results_table_scale import SCALE_SECTIONS
 from experiments.results_table_seeds import SEED_SECTIONS
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -333,6 +334,7 @@ SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
     profiler_rows,
     performance_rows,
     wire_rows,
+    *SCALE_SECTIONS,
     *SEED_SECTIONS,
 )
 
