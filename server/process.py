@@ -23,7 +23,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerProcess:
+class ChildProcess:
+    """A child process to crash (``kill``: SIGKILL, no shutdown hooks, no flushing) or stop politely."""
+
+    process: subprocess.Popen[bytes] | None = None
+    stop_timeout = 10.0
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``stop_timeout``."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class ServerProcess(ChildProcess):
     """`python -m fleet.cli serve` with FLEET_* settings; start/kill/restart on the same database."""
 
     def __init__(self, workdir: Path, *, serve_args: tuple[str, ...] = (), **settings: object) -> None:
@@ -73,20 +94,6 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError("server did not become ready")
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown hooks, no flushing — what a crash looks like."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
 
     def admin(self, path: str) -> httpx.Response:
         return httpx.get(f"{self.url}{path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)

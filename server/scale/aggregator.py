@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from server.core.coordinator import Coordinator
-from server.core.errors import CoordinatorError, LeaseLost
+from server.core.errors import CoordinatorError, LeaseLost, StorageUnavailable
 from server.core.events import Event, Fenced, PushApplied, PushDropped
 from server.core.journal import Ticket
 from server.core.types import TaskResult
@@ -74,7 +74,10 @@ def take_lease(store: SqlStore, holder: str, ttl: float, stop: threading.Event) 
     """Wait for the aggregator lease; the fencing token, or None if asked to stop first."""
     waited = False
     while not stop.is_set():
-        token = store.take_aggregator_lease(holder, now=time.time(), ttl=ttl)
+        try:
+            token = store.take_aggregator_lease(holder, now=time.time(), ttl=ttl)
+        except StorageUnavailable:  # the row is locked by a holder that paused mid-transaction, or a blip
+            token = None
         if token is not None:
             log.info("aggregator %s holds the lease (token %d)", holder, token)
             return token

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import psutil
 
-from server.process import ServerProcess, free_port
+from server.process import ChildProcess, ServerProcess, free_port
 
 
-class RedisProcess:
+class RedisProcess(ChildProcess):
     """A private `redis-server` on a free loopback port, without persistence (it only fans out)."""
 
     def __init__(self, workdir: Path) -> None:
@@ -47,12 +47,8 @@ class RedisProcess:
                 time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
 
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    stop = kill
+    def stop(self) -> None:
+        self.kill()  # it keeps nothing: no reason to wait for it
 
 
 def queue_length(database_url: str) -> int:
@@ -77,8 +73,10 @@ def drained(database_url: str, timeout: float = 60.0) -> float:
     return time.monotonic() - started
 
 
-class AggregatorProcess:
+class AggregatorProcess(ChildProcess):
     """`fleet serve --role aggregator` with FLEET_* settings; ready once it holds the lease."""
+
+    stop_timeout = 20.0
 
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
         self.workdir, self.env = workdir, {**env, "FLEET_ROLE": "aggregator"}
@@ -105,19 +103,6 @@ class AggregatorProcess:
         if wait:
             raise RuntimeError("the aggregator did not take its lease in time")
         return self
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 class Topology:

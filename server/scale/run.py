@@ -6,13 +6,30 @@ import logging
 import signal
 import threading
 
+from sqlalchemy import event
+
 from server.compose import build_coordinator, build_evaluation_loop, build_store
 from server.core.errors import LeaseLost
 from server.scale.aggregator import Aggregator, AggregatorStore, drain, holder_name, take_lease
 from server.scale.announce import VersionAnnouncer
 from server.settings import Settings
+from server.store.sql import SqlStore
 
 log = logging.getLogger("fleet.server")
+
+
+def end_stalled_transactions(store: SqlStore, ttl: float) -> None:
+    """PostgreSQL ends this aggregator's transactions that sit idle longer than its lease: one paused
+    mid-transaction (SIGSTOP, a frozen VM) would otherwise hold row locks its successor needs."""
+    engine = store.sessions.kw["bind"]
+
+    @event.listens_for(engine, "connect")
+    def _timeout(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {int(ttl * 1000)}")
+        dbapi_connection.commit()
+
+    engine.dispose()  # connections made before (the migration's) do not have it
 
 
 def run_aggregator(settings: Settings, stop: threading.Event | None = None) -> int:
@@ -24,6 +41,7 @@ def run_aggregator(settings: Settings, stop: threading.Event | None = None) -> i
             signal.signal(sig, lambda *_: stop.set())
     store = build_store(settings)
     holder, ttl = holder_name(), settings.aggregator_lease_seconds
+    end_stalled_transactions(store, ttl)
     token = take_lease(store, holder, ttl, stop)
     if token is None:
         return 0

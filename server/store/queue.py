@@ -94,6 +94,8 @@ def check_fence(session: Session, event: Fenced) -> None:
 def take_lease(session: Session, *, holder: str, now: float, ttl: float) -> int | None:
     """The next fencing token if the lease is free, expired or already ours; None while another holds it."""
     db = session.connection()
+    # a paused holder may sit on the row's lock: give up quickly (the caller asks again) rather than wait
+    db.exec_driver_sql("SET LOCAL lock_timeout = '500ms'")
     row = db.execute(select(LEASE).where(LEASE.c.id == 1).with_for_update()).first()
     if row is None:
         db.execute(insert(LEASE).values(id=1, holder=holder, token=1, expires_at=now + ttl))
