@@ -111,4 +111,31 @@ def render_markdown(results: dict[str, Any]) -> str:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(str(row[h]) for h in header) + " |" for row in table]
             lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + scale_out_summary())
+
+
+def scale_out_summary(results_dir: Path = RESULTS) -> list[str]:
+    """Issue 18's figures that have reports of their own, summarised here with their commands."""
+    lines = ["## Scale-out and large simulations", ""]
+    scale, ray = results_dir / "scale-out.json", results_dir / "ray-sim.json"
+    if scale.exists():
+        data = json.loads(scale.read_text())
+        cnn = [r for r in data["throughput"] if r["model"] == "mnist_cnn" and r["devices"] == 200]
+        rate = next(r for r in data["aggregator"] if r["model"] == "mnist_cnn")
+        lines += [
+            f"`fleet bench throughput --topology workers` ({data['machine']['date']}, "
+            "[scale-out.md](scale-out.md)): CNN pushes/s at 200 devices, "
+            + "; ".join(
+                f"{r['topology']} {r['pushes/s']} (server CPU {r['server CPU µs/push']} µs/push)" for r in cnn
+            )
+            + f". The aggregator alone: {rate['updates/s']:,} CNN updates/s (target {rate['target']:,}).",
+            "",
+        ]
+    if ray.exists():
+        large = json.loads(ray.read_text())["large"]
+        lines += [
+            f"`fleet bench ray` ([ray-sim.md](ray-sim.md)): `{large['command']}`: {large['seconds_run']} s, "
+            f"overhead beyond gradient computation {large['overhead']:.1%} (target ≤ 20%).",
+            "",
+        ]
+    return lines if len(lines) > 2 else []
