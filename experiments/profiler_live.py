@@ -112,7 +112,7 @@ def run_live(
     from sim.data import write_shards
     from sim.devices import load_catalog
 
-    duration = duration or (10.0 if quick else 150.0)
+    duration = duration or (15.0 if quick else 150.0)  # quick: a loaded machine still serves both profilers
     setups = TEST_SETUPS[:3] if quick else TEST_SETUPS
     _, test_specs = split_roles(load_catalog())
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
