@@ -4,8 +4,6 @@ acknowledged gradient must be applied exactly once (bench/ledger.py) once the qu
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -67,11 +65,3 @@ def kill_phase(
         "aggregator_exit": None if stopped is None or stopped.process is None else stopped.process.returncode,
         **summarise(result, ledger),
     }
-
-
-def pause(pid: int) -> None:
-    os.kill(pid, signal.SIGSTOP)
-
-
-def resume(pid: int) -> None:
-    os.kill(pid, signal.SIGCONT)

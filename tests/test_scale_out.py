@@ -32,13 +32,17 @@ def postgres_database():
         yield url
 
 
-def count(url: str, sql: str) -> int:
+def scalar(url: str, sql: str) -> object:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
     try:
         with engine.connect() as connection:
-            return int(connection.execute(text(sql)).scalar_one())
+            return connection.execute(text(sql)).scalar_one()
     finally:
         engine.dispose()
+
+
+def count(url: str, sql: str) -> int:
+    return int(scalar(url, sql))  # type: ignore[call-overload]
 
 
 def result(n: int, value: float = 0.01) -> TaskResult:
@@ -195,10 +199,10 @@ def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_firs
 def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_database):
     import httpx
 
-    from client import Worker, WorkerConfig
-    from server.process import ADMIN, ENROLL
+    from server.process import ADMIN
     from server.scale.processes import Topology
     from sim.data import write_shards
+    from tests.test_end_to_end import start_workers
 
     shards, test_path = write_shards(tmp_path / "data", devices=3, partition="iid", seed=1)
     settings = dict(
@@ -212,24 +216,14 @@ def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_dat
     )
     stop = threading.Event()
     with Topology(tmp_path / "topology", postgres_database, workers=2, **settings) as topology:
-        for i, shard in enumerate(shards):
-            config = WorkerConfig(
-                base_url=topology.url, enrollment_key=ENROLL, data=shard, seed=i, backoff_initial=0.2,
-                backoff_max=1.0, max_consecutive_errors=None, max_seconds=150,
-            )  # fmt: skip
-            threading.Thread(target=Worker(config).run, args=(stop,), daemon=True).start()
+        start_workers(topology.url, shards, stop, [], max_seconds=150)
         admin = {"Authorization": f"Bearer {ADMIN}"}
 
         def stats() -> dict:
             return httpx.get(f"{topology.url}/v1/admin/stats", headers=admin, timeout=10).json()
 
-        def status() -> str:  # what the database says: the aggregator applies the stop rule
-            engine = create_engine(postgres_database.replace("postgresql://", "postgresql+psycopg://"))
-            try:
-                with engine.connect() as connection:
-                    return str(connection.execute(text("select status from models")).scalar_one())
-            finally:
-                engine.dispose()
+        def status() -> object:  # what the database says: the aggregator applies the stop rule
+            return scalar(postgres_database, "select status from models")
 
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline and status() != "finished":

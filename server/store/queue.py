@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from server.core.errors import LeaseLost
@@ -31,16 +31,14 @@ class QueuedPush:
     gradient: bytes
 
 
-def _insert_ignoring_duplicates(db: Connection) -> Any:
-    """INSERT … ON CONFLICT (task_id) DO NOTHING: a retry that reached another worker queues nothing twice."""
-    dialect = postgresql if db.dialect.name == "postgresql" else sqlite
-    return dialect.insert(QUEUE).on_conflict_do_nothing(index_elements=["task_id"])
+# a retry that reached another worker queues nothing twice (the topology runs on PostgreSQL only)
+INSERT_IGNORING_DUPLICATES = postgresql.insert(QUEUE).on_conflict_do_nothing(index_elements=["task_id"])
 
 
 def write_queued(session: Session, pushes: Sequence[PushQueued]) -> None:
     db = session.connection()
     db.execute(
-        _insert_ignoring_duplicates(db),
+        INSERT_IGNORING_DUPLICATES,
         [
             {
                 "task_id": p.task_id,
