@@ -15,7 +15,7 @@ LOCK_VENV ?= .venv-lock
 PIP_TOOLS := pip-tools==7.6.2
 COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 
-.PHONY: demo test test-postgres lint serve app lock upgrade-lock clean
+.PHONY: demo test test-all test-postgres lint serve app lock upgrade-lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,23 +34,30 @@ $(VENV)/.dev: $(LOCK) pyproject.toml $(VENV)/.runtime
 demo: $(VENV)/.runtime
 	$(PY) -m fleet.cli demo
 
-# The API and end-to-end tests run on SQLite and on PostgreSQL (FLEET_TEST_DATABASE_URL); with CI=true an
-# unreachable PostgreSQL fails the run instead of skipping.
-# The console's browser tests drive Debian's chromium (never a browser downloaded by Playwright).
+# Two tiers (pytest's `slow` marker divides them; tests/conftest.py puts every PostgreSQL test in it):
+# `make test` is the everyday tier: ruff, the import contracts and the fast tests (units, the API in process on
+# SQLite, the client, the console without a browser), within 5 minutes; it prints the 15 slowest tests.
+# `make test-all` is everything, CI's tier: the fast tests plus the browser, Xvfb, PostgreSQL, real processes,
+# kill -9, the scale-out topology, live experiments and Ray. With CI=true an unreachable PostgreSQL fails
+# the run instead of skipping. The console's browser tests drive Debian's chromium (never a browser
+# downloaded by Playwright); the device app's tests run Kivy under Debian's Xvfb (Mesa llvmpipe).
 CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null
 
-# The device app's tests run Kivy under Debian's Xvfb (Mesa llvmpipe draws the OpenGL).
 XVFB := /usr/bin/Xvfb
 $(XVFB):
 	(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq xvfb xauth) >/dev/null
 
-test: $(VENV)/.dev $(CHROMIUM) $(XVFB)
-	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra
+PYTEST := $(PY) -m pytest -q -ra --durations=15 --durations-min=0.5
 
-# Only the PostgreSQL variants (already part of `make test`): quick to rerun after a storage change.
+test: lint
+	$(PYTEST) -m "not slow"
+
+test-all: lint $(CHROMIUM) $(XVFB)
+	$(PYTEST)
+
+# Only the PostgreSQL variants (part of `make test-all`): quick to rerun after a storage change.
 test-postgres: $(VENV)/.dev
 	$(PY) -m pytest -q -ra -m postgres
 

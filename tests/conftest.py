@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Iterator
@@ -13,32 +12,27 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.faults import DEFAULT_POSTGRES, scratch_postgres_database
+from tests.support import postgres
 
 ENROLL, ADMIN = "test-enrollment-key", "test-admin-token"
 FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": None, "cpu_freq_sum": 8000.0}
 
 
-@functools.cache
-def _postgres_problem(url: str) -> str | None:
-    """Why PostgreSQL at ``url`` cannot be used (None if it can); asked once per run."""
-    try:
-        import psycopg
-
-        with psycopg.connect(_libpq_url(url), connect_timeout=3):
-            return None
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything on PostgreSQL belongs to the slow tier (`make test-all`), wherever it is declared."""
+    for item in items:
+        if item.get_closest_marker("postgres") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
-def _libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    postgres.drop_templates()
 
 
 def postgres_url() -> str:
     """The PostgreSQL server for tests: required when CI=true, skipped elsewhere if unreachable."""
-    url = os.environ.get("FLEET_TEST_DATABASE_URL", DEFAULT_POSTGRES)
-    problem = _postgres_problem(url)
+    url = postgres.server_url()
+    problem = postgres.problem(url)
     if problem is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"PostgreSQL unreachable at {url} with CI=true: {problem}")
@@ -46,12 +40,19 @@ def postgres_url() -> str:
     return url
 
 
-fresh_postgres_database = scratch_postgres_database  # bench/faults.py: shared with the benchmarks
+fresh_postgres_database = postgres.scratch_database  # a copy of this session's migrated template
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """A SQLite file: the database of tests whose subject is not storage."""
+    return f"sqlite:///{tmp_path / 'fleet.db'}"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Each test that uses it runs twice: on a SQLite file and on its own PostgreSQL database."""
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Tests whose subject is storage run twice: on a SQLite file and on their own PostgreSQL database
+    (the latter in the slow tier)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'fleet.db'}"
         return
@@ -126,12 +127,7 @@ class Api:
         )
 
 
-@pytest.fixture
-def make_api(tmp_path: Path, database_url: str) -> Iterator[Any]:
-    """Factory: ``make_api(**settings)`` → an Api over a fresh app (closed at teardown).
-
-    Every API test runs on SQLite and on PostgreSQL (through ``database_url``).
-    """
+def _api_factory(tmp_path: Path, database_url: str) -> Iterator[Any]:
     import warnings
 
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
@@ -151,3 +147,15 @@ def make_api(tmp_path: Path, database_url: str) -> Iterator[Any]:
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def make_api(tmp_path: Path, database_url: str) -> Iterator[Any]:
+    """Factory: ``make_api(**settings)`` → an Api over a fresh app on SQLite (closed at teardown)."""
+    yield from _api_factory(tmp_path, database_url)
+
+
+@pytest.fixture
+def storage_make_api(tmp_path: Path, storage_url: str) -> Iterator[Any]:
+    """``make_api`` over ``storage_url``: for API tests whose subject is what storage keeps."""
+    yield from _api_factory(tmp_path, storage_url)

@@ -50,8 +50,8 @@ def test_a_pull_from_memory_is_the_routes_answer(make_api, monkeypatch):
     assert api.http.get(url).content == fast.content
 
 
-def test_old_versions_fall_out_of_retention_with_410(make_api):
-    api = make_api(version_retention=2)
+def test_old_versions_fall_out_of_retention_with_410(storage_make_api):
+    api = storage_make_api(version_retention=2)
     headers = api.enroll()
     n = api.coordinator.run.manifest.num_params
     for _ in range(4):
@@ -80,8 +80,8 @@ def test_inference_export_is_one_onnx_file_with_weights(make_api):
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_admin_pushes_a_new_model_which_becomes_active(make_api):
-    api = make_api()
+def test_admin_pushes_a_new_model_which_becomes_active(storage_make_api):
+    api = storage_make_api()
     first = api.coordinator.run.model_id
     zipped = builtin("mlp").to_zip()
     response = api.http.post(

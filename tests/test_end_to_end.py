@@ -1,6 +1,7 @@
 """Real HTTP end to end: a `fleet serve` process, device workers on loopback, a SIGKILL and a restart.
 
-Each test runs on SQLite and on PostgreSQL (the ``database_url`` fixture).
+Training over real HTTP runs on SQLite; the crash test, whose subject is what storage kept, runs on
+SQLite and on PostgreSQL (the ``storage_url`` fixture).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ def stored_snapshot(database_url: str) -> tuple[dict[str, str], dict[str, dict],
     return applied, profiles, version
 
 
-def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path, database_url):
+def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path, storage_url):
+    database_url = storage_url
     shards, _ = write_shards(tmp_path / "data", devices=3, partition="sorted", seed=2)
     server = ServerProcess(tmp_path / "server", database_url=database_url, max_batch=16, time_slo_ms=200)
     stop, reports = threading.Event(), []

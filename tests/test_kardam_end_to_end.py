@@ -1,21 +1,16 @@
-"""Kardam end to end over real HTTP (issue 17): a coordinator process with FLEET_KARDAM=true around dynsgd,
-four honest workers and one running the sign-flip attack; after a warm-up the attacker's pushes get
-weight 0, the honest ones are applied, and the counters reach the admin stats."""
+"""Kardam end to end through the API in process (issue 17): a coordinator app with FLEET_KARDAM=true around
+dynsgd, four honest workers and one running the sign-flip attack; after a warm-up the attacker's pushes
+get weight 0, the honest ones are applied, and the counters reach the admin stats."""
 
 from __future__ import annotations
 
-import pytest
-
-from client import Worker, WorkerConfig
 from sim.data import write_shards
-from tests.processes import ENROLL, ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.support.inprocess import InProcessServer
 
 
 def test_a_sign_flipping_worker_is_filtered_out(tmp_path, database_url):
     shards, test_path = write_shards(tmp_path / "data", devices=5, partition="iid", seed=7)
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path / "server",
         database_url=database_url,
         initial_model="logreg",
@@ -27,15 +22,7 @@ def test_a_sign_flipping_worker_is_filtered_out(tmp_path, database_url):
     ).start()
     try:
         workers = [
-            Worker(
-                WorkerConfig(
-                    base_url=server.url,
-                    enrollment_key=ENROLL,
-                    data=shard,
-                    seed=i,
-                    attack="sign-flip" if i == 0 else None,
-                )
-            )
+            server.worker(shard, seed=i, attack="sign-flip" if i == 0 else None)
             for i, shard in enumerate(shards)
         ]
         weights: dict[bool, list[float]] = {True: [], False: []}

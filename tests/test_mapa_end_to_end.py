@@ -1,23 +1,19 @@
-"""MAPA end to end over real HTTP (issue 16): a coordinator process running FLEET_STRATEGY=mapa with DP on
-and the logreg built-in, a worker running the norm-Laplace mechanism on the served dp graph; the grants
-carry the stage's ΔS (halved at each stage), every step is charged its pure ε, and the model moves."""
+"""MAPA end to end through the API in process (issue 16): a coordinator app running FLEET_STRATEGY=mapa with
+DP on and the logreg built-in, a worker running the norm-Laplace mechanism on the served dp graph; the
+grants carry the stage's ΔS (halved at each stage), every step is charged its pure ε, and the model moves."""
 
 from __future__ import annotations
 
-import httpx
 import numpy as np
 import pytest
 
-from client import Worker, WorkerConfig
 from sim.data import write_shards
-from tests.processes import ENROLL, ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.support.inprocess import InProcessServer
 
 
 def test_mapa_grants_carry_the_stage_sensitivity_and_steps_are_charged(tmp_path, database_url):
     shards, test_path = write_shards(tmp_path / "data", devices=2, partition="iid", seed=5)
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path / "server",
         database_url=database_url,
         initial_model="logreg",
@@ -33,9 +29,8 @@ def test_mapa_grants_carry_the_stage_sensitivity_and_steps_are_charged(tmp_path,
     ).start()
     try:
         grants = []
-        config = WorkerConfig(base_url=server.url, enrollment_key=ENROLL, data=shards[0], seed=1)
         watch = lambda e: grants.append(e.grant) if e.kind == "task" else None  # noqa: E731
-        with Worker(config, on_event=watch) as worker:
+        with server.worker(shards[0], seed=1, on_event=watch) as worker:
             reports = [worker.run_one() for _ in range(4)]
             token = worker.api.token
         assert all(r.applied for r in reports) and [r.batch_size for r in reports] == [12] * 4
@@ -44,12 +39,12 @@ def test_mapa_grants_carry_the_stage_sensitivity_and_steps_are_charged(tmp_path,
         assert [t["sensitivity"] for t in terms] == pytest.approx([8.0, 4.0, 2.0, 1.0])
         assert [t["clip"] for t in terms] == pytest.approx([48.0, 24.0, 12.0, 6.0])  # G = bΔS/2
         assert [t["epsilon_after"] for t in terms] == pytest.approx([0.5, 1.0, 1.5, 2.0])
-        mine = httpx.get(f"{server.url}/v1/privacy/me", headers={"Authorization": f"Bearer {token}"}).json()
+        mine = server.get("/v1/privacy/me", headers={"Authorization": f"Bearer {token}"}).json()
         assert mine["tasks"] == 4 and mine["epsilon"] == pytest.approx(2.0)
         assert "mapa" in str(server.admin("/v1/admin/stats").json())
-        assert httpx.get(f"{server.url}/v1/models/active").json()["current_version"] == 4
-        base = f"{server.url}/v1/models/{grants[0].model_id}/versions"
-        first, last = (np.frombuffer(httpx.get(f"{base}/{v}/params").content, "<f4") for v in (0, 4))
+        assert server.get("/v1/models/active").json()["current_version"] == 4
+        base = f"/v1/models/{grants[0].model_id}/versions"
+        first, last = (np.frombuffer(server.get(f"{base}/{v}/params").content, "<f4") for v in (0, 4))
         assert np.isfinite(last).all() and not np.array_equal(first, last)
     finally:
         server.stop()
@@ -58,7 +53,7 @@ def test_mapa_grants_carry_the_stage_sensitivity_and_steps_are_charged(tmp_path,
 def test_audp_grants_a_fixed_clip_and_charges_each_step(tmp_path, database_url):
     """AUDP through the same path: the clip G and ΔS = 2G/b stay fixed, each step costs its pure ε."""
     shards, test_path = write_shards(tmp_path / "data", devices=2, partition="iid", seed=6)
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path / "server",
         database_url=database_url,
         initial_model="logreg",
@@ -73,9 +68,8 @@ def test_audp_grants_a_fixed_clip_and_charges_each_step(tmp_path, database_url):
     ).start()
     try:
         grants = []
-        config = WorkerConfig(base_url=server.url, enrollment_key=ENROLL, data=shards[0], seed=2)
         watch = lambda e: grants.append(e.grant) if e.kind == "task" else None  # noqa: E731
-        with Worker(config, on_event=watch) as worker:
+        with server.worker(shards[0], seed=2, on_event=watch) as worker:
             reports = [worker.run_one() for _ in range(2)]
             with pytest.raises(Exception, match="budget"):
                 worker.run_one()  # 0.4 + 0.4 spent; a third step would pass the budget of 1.0

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from bench.chaos import kill_phase, outage_phase
-from bench.faults import postgres_outage, postgres_server_url, scratch_postgres_database
+from bench.faults import postgres_outage, postgres_server_url
 from server.core.errors import StorageUnavailable
 from tests.conftest import settings_for
 
 
 @pytest.fixture
 def postgres_database():
-    from tests.conftest import postgres_url
+    from tests.conftest import fresh_postgres_database, postgres_url
 
-    with scratch_postgres_database(postgres_url()) as url:
+    with fresh_postgres_database(postgres_url()) as url:
         yield url
 
 

@@ -25,10 +25,9 @@ needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="r
 
 @pytest.fixture
 def postgres_database():
-    from bench.faults import scratch_postgres_database
-    from tests.conftest import postgres_url
+    from tests.conftest import fresh_postgres_database, postgres_url
 
-    with scratch_postgres_database(postgres_url()) as url:
+    with fresh_postgres_database(postgres_url()) as url:
         yield url
 
 

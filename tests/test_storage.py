@@ -26,9 +26,9 @@ def result(n: int, value: float, counts: list[int]) -> TaskResult:
     )
 
 
-def test_restart_finds_every_acknowledged_thing(tmp_path, database_url):
+def test_restart_finds_every_acknowledged_thing(tmp_path, storage_url):
     # AdaSGD: the strategy with the most state to restore (staleness history, label counts)
-    settings = settings_for(tmp_path, database_url=database_url, strategy="adasgd", k=2, version_retention=3)
+    settings = settings_for(tmp_path, storage_url=storage_url, strategy="adasgd", k=2, version_retention=3)
     first = build_coordinator(settings)
     n = first.run.manifest.num_params
     devices = [first.enroll(model) for model in ("Galaxy S6", "Galaxy S10")]
@@ -68,8 +68,8 @@ def test_restart_finds_every_acknowledged_thing(tmp_path, database_url):
     np.testing.assert_array_equal(second.catalog.params(after.model_id, 3), before.params)
 
 
-def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, database_url, monkeypatch):
-    coordinator = build_coordinator(settings_for(tmp_path, database_url=database_url))
+def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, storage_url, monkeypatch):
+    coordinator = build_coordinator(settings_for(tmp_path, storage_url=storage_url))
     device, _ = coordinator.enroll("Pixel")
     grant = coordinator.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
     coordinator.journal.flush()  # the grant is stored; the push's batch is the one that fails
@@ -94,11 +94,11 @@ def test_failed_commit_fails_the_push_and_reloads_the_durable_state(tmp_path, da
     coordinator.close()
 
 
-def test_concurrent_pushes_share_commits_and_all_survive(tmp_path, database_url):
+def test_concurrent_pushes_share_commits_and_all_survive(tmp_path, storage_url):
     """Group commit: pushes from many threads are acknowledged only once stored, and all are stored."""
     import threading
 
-    settings = settings_for(tmp_path, database_url=database_url)
+    settings = settings_for(tmp_path, storage_url=storage_url)
     coordinator = build_coordinator(settings)
     n = coordinator.run.manifest.num_params
     devices = [coordinator.enroll(f"Phone {i}")[0] for i in range(8)]

@@ -1,24 +1,21 @@
-"""Van Dijk et al. end to end over real HTTP (issue 16): a coordinator process running FLEET_STRATEGY=vandijk
-with DP on and the logreg built-in, a worker running the local SGD round on the served dp graph; the grants
-carry the growing round sizes and steps, each round is charged at its own q_i = s_i/N, and the model moves."""
+"""Van Dijk et al. end to end through the API in process (issue 16): a coordinator app running
+FLEET_STRATEGY=vandijk with DP on and the logreg built-in, a worker running the local SGD round on the
+served dp graph; the grants carry the growing round sizes and steps, each round is charged at its own q_i =
+s_i/N, and the model moves."""
 
 from __future__ import annotations
 
-import httpx
 import numpy as np
 import pytest
 
-from client import Worker, WorkerConfig
 from server.core.accounting import PrivacyEvent, epsilon
 from sim.data import write_shards
-from tests.processes import ENROLL, ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.support.inprocess import InProcessServer
 
 
 def test_vandijk_rounds_grow_and_each_is_charged_at_its_own_rate(tmp_path, database_url):
     shards, test_path = write_shards(tmp_path / "data", devices=2, partition="iid", seed=5)
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path / "server",
         database_url=database_url,
         initial_model="logreg",
@@ -34,9 +31,8 @@ def test_vandijk_rounds_grow_and_each_is_charged_at_its_own_rate(tmp_path, datab
     ).start()
     try:
         grants = []
-        config = WorkerConfig(base_url=server.url, enrollment_key=ENROLL, data=shards[0], seed=1)
         watch = lambda e: grants.append(e.grant) if e.kind == "task" else None  # noqa: E731
-        with Worker(config, on_event=watch) as worker:
+        with server.worker(shards[0], seed=1, on_event=watch) as worker:
             reports = [worker.run_one() for _ in range(3)]
             token = worker.api.token
         assert all(r.applied for r in reports) and [r.batch_size for r in reports] == [5, 10, 15]
@@ -48,11 +44,11 @@ def test_vandijk_rounds_grow_and_each_is_charged_at_its_own_rate(tmp_path, datab
         steps = [0.01 / (1 + 0.01 * t**0.5) for t in (0, 5, 15)]  # η̄_i at t_i = Σ_{j<i} s_j
         assert [t["step_size"] for t in terms] == pytest.approx(steps)
         expected = epsilon([PrivacyEvent(2.0, s / n) for s in (5, 10, 15)], terms[0]["delta"])
-        mine = httpx.get(f"{server.url}/v1/privacy/me", headers={"Authorization": f"Bearer {token}"}).json()
+        mine = server.get("/v1/privacy/me", headers={"Authorization": f"Bearer {token}"}).json()
         assert mine["tasks"] == 3 and mine["epsilon"] == pytest.approx(expected, rel=1e-6)
-        assert httpx.get(f"{server.url}/v1/models/active").json()["current_version"] == 3
-        base = f"{server.url}/v1/models/{grants[0].model_id}/versions"
-        first, last = (np.frombuffer(httpx.get(f"{base}/{v}/params").content, "<f4") for v in (0, 3))
+        assert server.get("/v1/models/active").json()["current_version"] == 3
+        base = f"/v1/models/{grants[0].model_id}/versions"
+        first, last = (np.frombuffer(server.get(f"{base}/{v}/params").content, "<f4") for v in (0, 3))
         assert np.isfinite(last).all() and not np.array_equal(first, last)
     finally:
         server.stop()

@@ -1,25 +1,21 @@
-"""WKAFL end to end over real HTTP (issue 17): a coordinator process with FLEET_STRATEGY=wkafl and K = 3,
-three workers on Alg. 4 shards (wkafl-L2); the model steps once per 3 pushes, each push is weighed
+"""WKAFL end to end through the API in process (issue 17): a coordinator app with FLEET_STRATEGY=wkafl and K
+= 3, three workers on Alg. 4 shards (wkafl-L2); the model steps once per 3 pushes, each push is weighed
 (e/2)^−τ, the stage switch survives a restart (it comes back from the stored state), and the model moves."""
 
 from __future__ import annotations
 
 import math
 
-import httpx
 import numpy as np
 import pytest
 
-from client import Worker, WorkerConfig
 from sim.data import write_shards
-from tests.processes import ENROLL, ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.support.inprocess import InProcessServer
 
 
 def test_wkafl_steps_once_per_k_pushes_and_keeps_its_stage_across_a_restart(tmp_path, database_url):
     shards, test_path = write_shards(tmp_path / "data", devices=3, partition="wkafl-L2", seed=3)
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path / "server",
         database_url=database_url,
         initial_model="logreg",
@@ -31,11 +27,7 @@ def test_wkafl_steps_once_per_k_pushes_and_keeps_its_stage_across_a_restart(tmp_
         eval_data=test_path,
     ).start()
     try:
-        configs = [
-            WorkerConfig(base_url=server.url, enrollment_key=ENROLL, data=s, seed=i)
-            for i, s in enumerate(shards)
-        ]
-        workers = [Worker(c) for c in configs]
+        workers = [server.worker(s, seed=i) for i, s in enumerate(shards)]
         reports = [w.run_one() for _ in range(2) for w in workers]
         assert [r.applied for r in reports] == [False, False, True] * 2
         assert [r.current_version for r in reports] == [0, 0, 1, 1, 1, 2]
@@ -47,13 +39,13 @@ def test_wkafl_steps_once_per_k_pushes_and_keeps_its_stage_across_a_restart(tmp_
         server.stop()
         server.start()
         assert server.admin("/v1/admin/stats").json()["strategy"]["stage"] == 2  # restored from the state
-        workers = [Worker(c) for c in configs]
+        workers = [server.worker(s, seed=i) for i, s in enumerate(shards)]
         later = [w.run_one() for w in workers]
         for w in workers:
             w.close()
         assert [r.applied for r in later] == [False, False, True] and later[-1].current_version == 3
-        base = f"{server.url}/v1/models/{reports[0].model_id}/versions"
-        first, last = (np.frombuffer(httpx.get(f"{base}/{v}/params").content, "<f4") for v in (0, 3))
+        base = f"/v1/models/{reports[0].model_id}/versions"
+        first, last = (np.frombuffer(server.get(f"{base}/{v}/params").content, "<f4") for v in (0, 3))
         assert np.isfinite(last).all() and not np.array_equal(first, last)
     finally:
         server.stop()
