@@ -1,4 +1,4 @@
-"""docs/running.md's walk-through of one task is a script (docs/examples/one_task.sh), run on a real server."""
+"""docs/running.md's walk-through of one task is a script (docs/examples/one_task.sh), run on a server."""
 
 from __future__ import annotations
 
