@@ -81,5 +81,5 @@ def read_results(results: Path, name: str) -> dict[str, Any] | None:
 
 
 def results_link(name: str) -> str:
-    """A README link to a file under docs/results/."""
-    return f"[{name}](docs/results/{name})"
+    """A link from the results table (docs/results/README.md) to a file beside it in docs/results/."""
+    return f"[{name}]({name})"

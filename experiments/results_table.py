@@ -1,7 +1,7 @@
-"""README's "Results at a glance", generated from the results' JSON: every claim, flattering or not.
+"""The results table, generated from the results' JSON: every claim, flattering or not.
 
-`fleet experiment report` rewrites the block between the two markers in README.md; a test checks that
-the committed README matches what the committed results say. Each row reads one summary and states
+`fleet experiment report` rewrites the block between the two markers in docs/results/README.md; a test
+checks that the committed page matches what the committed results say. Each row reads one summary and states
 the comparison as measured (censored runs marked as in the tables), the thesis figure or target, and
 the file with the ranges, settings and command.
 """

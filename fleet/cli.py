@@ -243,7 +243,7 @@ def experiment(
     name: Annotated[
         str,
         typer.Argument(
-            help="experiment name (fleet experiment list), or 'report' to regenerate README's table"
+            help="experiment name (fleet experiment list), or 'report': the table in docs/results/README.md"
         ),
     ],
     quick: Annotated[bool, typer.Option(help="small, fast version (used by tests)")] = False,
@@ -260,10 +260,11 @@ def experiment(
     if name == "list":
         typer.echo("\n".join(sorted(EXPERIMENTS)) or "no experiments registered")
         return
-    if name == "report":  # README's results table, from the results' JSON
+    if name == "report":  # the results table in docs/results/README.md, from the results' JSON
         from experiments.results_table import update_readme
 
-        typer.echo(update_readme(Path(__file__).resolve().parent.parent / "README.md", out or RESULTS_DIR))
+        page = Path(__file__).resolve().parent.parent / "docs" / "results" / "README.md"
+        typer.echo(update_readme(page, out or RESULTS_DIR))
         return
     result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed, fresh=fresh)
     typer.echo(result.get("summary", {}))

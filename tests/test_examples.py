@@ -1,4 +1,4 @@
-"""The README's API walk-through is a script (docs/examples/one_task.sh), run here against a real server."""
+"""docs/running.md's walk-through of one task is a script (docs/examples/one_task.sh), run on a server."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""README's results table is generated from the committed results, and shows every comparison."""
+"""docs/results/README.md's table is generated from the committed results, and shows every comparison."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from experiments.results_table import END, START, table, update_readme
@@ -9,10 +10,13 @@ from experiments.results_table import END, START, table, update_readme
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_table_is_what_the_results_say():
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split(START, 1)[1].split(END, 1)[0].strip()
+def test_results_page_table_is_what_the_results_say():
+    page = (ROOT / "docs" / "results" / "README.md").read_text()
+    block = page.split(START, 1)[1].split(END, 1)[0].strip()
     assert block == table(ROOT / "docs" / "results"), "run `fleet experiment report` after new results"
+    # the table's links are relative to the page, so each names a file beside it
+    for name in re.findall(r"\]\(([^)#]+)\)", block):
+        assert (ROOT / "docs" / "results" / name).is_file(), name
 
 
 def test_update_rewrites_only_the_block(tmp_path):
@@ -33,5 +37,5 @@ def test_every_seed_experiment_has_its_rows_and_a_missing_one_is_skipped(tmp_pat
     rows = [row for section in SEED_SECTIONS for row in section(ROOT / "docs" / "results")]
     files = {row[3] for row in rows}
     for name in ("mapa", "vandijk", "adp2sgd", "kardam", "wkafl"):
-        assert f"[{name}.md](docs/results/{name}.md)" in files
+        assert f"[{name}.md]({name}.md)" in files
     assert [row for section in SEED_SECTIONS for row in section(tmp_path)] == []  # nothing run: no rows

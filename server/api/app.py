@@ -106,7 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Fleet coordinator",
         version="0.1.0",
         lifespan=lifespan,
-        description="Online federated learning: AdaSGD, I-Prof, ONNX devices. See docs/protocol.md.",
+        description="Online federated learning: async strategies, I-Prof, ONNX devices. See docs/protocol.md",
         generate_unique_id_function=lambda route: route.name,  # operationIds a generated client can use
     )
     app.state.metrics = Metrics()
