@@ -358,22 +358,25 @@ def live_names() -> set[str]:
 def with_overrides(settings: Settings, overrides: dict[str, object]) -> Settings:
     """``settings`` with ``overrides`` applied, validated as a whole (raises pydantic's ValidationError).
 
-    ``strategy`` replaces the strategy's settings (a name alone: that strategy's defaults); an old flat
-    strategy field (``learning_rate``, as saved by earlier consoles) overrides the one of the resulting
-    strategy and is ignored by one that does not take it. ``model_validate`` does not read the environment
+    ``strategy`` replaces the strategy's settings as a whole. An old flat strategy field (``learning_rate``,
+    as saved by earlier consoles) sets that field of the running strategy or of one given by name alone
+    (``"strategy": "fedbuff"``: its defaults), is ignored by a strategy that does not take it, and is
+    ignored beside full strategy settings (a later save). ``model_validate`` does not read the environment
     again: only the given values change."""
     unknown = set(overrides) - live_names()
     if unknown:
         raise ValueError(f"not settable at run time: {sorted(unknown)}")
     values = settings.model_dump()
     changes = dict(overrides)
+    given = changes.get("strategy")
+    complete = given is not None and not (isinstance(given, str) and not given.lstrip().startswith("{"))
     if "strategy" in changes:
         values["strategy"] = _as_dict(changes.pop("strategy"))
     strategy = _as_dict(values["strategy"])
     taken = STRATEGIES[strategy["name"]].settings.model_fields if strategy.get("name") in STRATEGIES else {}
     for key in strategy_keys() & set(changes):
         value = changes.pop(key)
-        if key in taken:
+        if key in taken and not complete:
             strategy[key] = value
     merged = Settings.model_validate({**values, **changes, "strategy": strategy})
     if merged.min_batch > merged.max_batch:
