@@ -6,6 +6,7 @@ here without the HTTP layer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,7 @@ from server.core.privacy import PrivacyPolicy
 from server.settings import Settings
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
-from server.strategies import STRATEGIES, Strategy, make_strategy
-from server.strategies.kardam import Kardam
+from server.strategies import WRAPPERS, Strategy, make_strategy
 
 __all__ = [
     "apply_settings",
@@ -34,26 +34,26 @@ __all__ = [
     "build_strategy",
     "coordinator_class",
     "strategy_params",
+    "wrap_strategy",
 ]
 
 
 def strategy_params(settings: Settings) -> dict[str, object]:
-    """The keyword arguments of the configured strategy: the fields of its own settings class."""
-    return STRATEGIES[settings.strategy].settings.from_config(settings).kwargs()
+    """The keyword arguments of the configured strategy: the fields of its own settings model that are set."""
+    return settings.strategy.kwargs()
+
+
+def wrap_strategy(strategy: Strategy, wrappers: Sequence[Any]) -> Strategy:
+    """``strategy`` inside each configured wrapper (server/strategies WRAPPERS), the first one innermost."""
+    for config in wrappers:
+        strategy = WRAPPERS[config.name](strategy, **config.kwargs())
+    return strategy
 
 
 def build_strategy(settings: Settings) -> Strategy:
-    """The configured strategy, wrapped in Kardam's filters when FLEET_KARDAM is set."""
-    strategy = make_strategy(settings.strategy, **strategy_params(settings))
-    if settings.kardam:
-        return Kardam(
-            strategy,
-            f=settings.kardam_f,
-            dampening=settings.kardam_dampening,
-            coefficient=settings.kardam_coefficient,
-            warmup=settings.kardam_warmup,
-        )
-    return strategy
+    """The configured strategy inside the configured wrappers (FLEET_STRATEGY, FLEET_WRAPPERS)."""
+    strategy = make_strategy(settings.strategy.name, **strategy_params(settings))
+    return wrap_strategy(strategy, settings.wrappers)
 
 
 def build_profiler(settings: Settings) -> IProf | RoundRobinDispatcher:
@@ -168,19 +168,13 @@ def privacy_policy(settings: Settings) -> PrivacyPolicy | None:
     )
 
 
-STRATEGY_FIELDS = ("strategy", "learning_rate", "k", "time_window")
-
-
 def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> None:
     """Apply changed run-time settings (server/settings.py LIVE_SETTINGS) to a running coordinator.
 
-    The strategy is rebuilt only when one of its fields changed; it keeps its state when its class stays
-    the same. The API's rate limits are the API's own (server/api/app.py applies them)."""
-    changed = {name for name in type(new).model_fields if getattr(old, name) != getattr(new, name)}
-    fields = set(STRATEGY_FIELDS)
-    fields.update(f for cls in STRATEGIES.values() for f in cls.settings.__dataclass_fields__)
+    The strategy is rebuilt only when its settings or the wrappers changed; it keeps its state when its
+    class stays the same. The API's rate limits are the API's own (server/api/app.py applies them)."""
     factory = None
-    if changed & fields:
+    if old.strategy != new.strategy or old.wrappers != new.wrappers:
 
         def factory() -> Strategy:
             return build_strategy(new)

@@ -1,4 +1,22 @@
-"""All coordinator settings in one typed class (environment variables FLEET_*, or a .env file)."""
+"""All coordinator settings in one typed class (environment variables FLEET_*, or a .env file).
+
+The strategy and the wrappers around it are typed configurations declared next to each strategy and
+wrapper (server/strategies/): ``strategy`` is the discriminated union of the registry's strategy settings,
+``wrappers`` a list of the wrappers' settings, applied in order (the first innermost). docs/configuration.md
+is generated from this module (``python -m server.settings_docs``).
+
+Environment variables, old and new (``fold_flat`` maps the old flat names onto the structure):
+
+* ``FLEET_STRATEGY=adasgd`` (a name) or ``FLEET_STRATEGY='{"name": "adasgd", "percentile": 99}'`` (JSON);
+  a field of the strategy: ``FLEET_STRATEGY__PERCENTILE=99`` or the flat ``FLEET_PERCENTILE=99``. Flat
+  fields the chosen strategy does not take are ignored, as before; a field given both ways takes the
+  nested value.
+* ``FLEET_WRAPPERS='[{"name": "kardam", "f": 2}, "loss-guard"]'`` (JSON) or
+  ``FLEET_WRAPPERS=clip-norm,warm-up`` (names, default settings); the old ``FLEET_KARDAM=true`` (and
+  ``FLEET_KARDAM_F`` ...) adds a kardam entry outermost (or sets the fields of the one listed),
+  ``FLEET_KARDAM=false`` removes it.
+* ``Settings(strategy="adasgd", learning_rate=0.1, kardam=True)`` works the same way.
+"""
 
 from __future__ import annotations
 
@@ -6,134 +24,265 @@ import json
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, TypeAdapter, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from profiler.defaults import TUNED_PARAMS
+from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS, settings_union
+from server.strategies.wrappers import WrapperSettings
 
-StrategyName = Literal[
-    "adabuff", "adasgd", "audp", "dynsgd", "dynsgd-clip", "fedadam", "fedavg-async", "fedbuff", "fedyogi",
-    "mapa", "sasgd", "ssgd", "twafl", "vandijk", "wkafl",
-]  # fmt: skip
+StrategyConfig = settings_union(STRATEGIES)  # one model per strategy, told apart by "name"
+WrapperConfig = settings_union(WRAPPERS)
+
+
+def strategy_keys() -> set[str]:
+    """The old flat names of the strategies' fields (FLEET_LEARNING_RATE, FLEET_PERCENTILE, ...)."""
+    return {key for cls in STRATEGIES.values() for key in cls.settings.model_fields if key != "name"}
+
+
+def legacy_wrappers() -> dict[str, type[WrapperSettings]]:
+    """Wrappers with an old flat switch (``kardam``: FLEET_KARDAM, FLEET_KARDAM_F, ...), by switch."""
+    return {cls.settings.legacy: cls.settings for cls in WRAPPERS.values() if cls.settings.legacy}
+
+
+def flat_keys() -> set[str]:
+    """Every old flat name ``fold_flat`` maps onto ``strategy`` and ``wrappers``."""
+    keys = strategy_keys()
+    for switch, model in legacy_wrappers().items():
+        keys |= {switch} | {f"{switch}_{field}" for field in model.model_fields if field != "name"}
+    return keys
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    """A config given as a model (only the fields that were set), a dict, a name or a JSON object."""
+    if isinstance(value, BaseModel):
+        return {"name": value.name, **value.model_dump(exclude_unset=True)}
+    if isinstance(value, str):
+        text = value.strip()
+        return dict(json.loads(text)) if text.startswith("{") else {"name": text}
+    return dict(value)
+
+
+def _as_list(value: Any) -> list[Any]:
+    """Wrappers given as a list, a JSON list or comma-separated names."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return list(json.loads(text))
+        return [name.strip() for name in text.split(",") if name.strip()]
+    return list(value or [])
+
+
+def fold_flat(data: dict[str, Any]) -> dict[str, Any]:
+    """Settings values with the old flat names moved into ``strategy`` and ``wrappers`` (see the module
+    docstring); a value given in the structure wins over the same one given flat."""
+    data = dict(data)
+    flat = {key: data.pop(key) for key in list(data) if key in strategy_keys()}
+    if "strategy" in data or flat:
+        strategy = _as_dict(data.get("strategy") or {})
+        strategy.setdefault("name", DEFAULT_STRATEGY)
+        cls = STRATEGIES.get(strategy["name"])
+        taken = set(cls.settings.model_fields) if cls is not None else set()
+        data["strategy"] = {**{k: v for k, v in flat.items() if k in taken}, **strategy}
+    if "wrappers" in data:
+        data["wrappers"] = [_as_dict(item) for item in _as_list(data["wrappers"])]
+    for switch, model in legacy_wrappers().items():
+        name = model.model_fields["name"].default
+        on = data.pop(switch, None)
+        prefix = f"{switch}_"
+        fields = {
+            key[len(prefix) :]: data.pop(key)
+            for key in list(data)
+            if key.startswith(prefix) and key[len(prefix) :] in model.model_fields and key != f"{prefix}name"
+        }
+        if on is None and not fields:
+            continue
+        wrappers = [_as_dict(item) for item in _as_list(data.get("wrappers"))]
+        listed = [i for i, item in enumerate(wrappers) if item.get("name") == name]
+        if on is not None and not TypeAdapter(bool).validate_python(on):
+            wrappers = [item for item in wrappers if item.get("name") != name]
+        elif listed:
+            for i in listed:
+                wrappers[i] = {**fields, **wrappers[i]}
+        elif on is not None:
+            wrappers.append({"name": name, **fields})
+        data["wrappers"] = wrappers
+    return data
+
+
+class FlatEnvironment(PydanticBaseSettingsSource):
+    """The old flat variables (FLEET_PERCENTILE, FLEET_KARDAM_F, ...) and the nested strategy fields
+    (FLEET_STRATEGY__PERCENTILE) from the environment and the .env file, as flat values for ``fold_flat``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], *sources: EnvSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self.sources = sources  # highest priority first
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads the variables itself
+
+    def __call__(self) -> dict[str, Any]:
+        prefix = str(self.config.get("env_prefix", "")).lower()
+        values: dict[str, Any] = {}
+        for source in reversed(self.sources):
+            variables = {str(k).lower(): v for k, v in source.env_vars.items()}
+            nested = strategy_keys()
+            for key in flat_keys():
+                names = (
+                    (f"{prefix}{key}", f"{prefix}strategy__{key}") if key in nested else (f"{prefix}{key}",)
+                )
+                for name in names:  # the nested one wins
+                    if variables.get(name) is not None:
+                        values[key] = variables[name]
+        return values
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FLEET_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="FLEET_", env_file=".env", extra="ignore", env_nested_delimiter="__"
+    )
 
-    data_dir: Path = Path("var")
-    database_url: str = ""  # default: sqlite:///<data_dir>/fleet.db
-    # scale-out (docs/scale-out.md): "all" is one process doing everything (the embedded default); "api"
-    # workers validate and queue pushes, one "aggregator" applies them (both need PostgreSQL and Redis)
-    role: Literal["all", "api", "aggregator"] = "all"
-    redis_url: str = "redis://127.0.0.1:6379/0"  # where the aggregator announces new versions
-    aggregator_batch: int = Field(256, ge=1)  # queued pushes applied per transaction
-    aggregator_lease_seconds: float = Field(5.0, gt=0)  # a silent aggregator's lease lapses after this
-    enrollment_key: SecretStr | None = None  # default: generated once into <data_dir>/secrets.json
-    admin_token: SecretStr | None = None
+    # deployment
+    data_dir: Path = Field(Path("var"), description="where the SQLite database and the secrets file live")
+    database_url: str = Field("", description="SQLAlchemy URL; empty: sqlite:///<data_dir>/fleet.db")
+    role: Literal["all", "api", "aggregator"] = Field(
+        "all",
+        description="scale-out (docs/scale-out.md): one process doing everything, or an API worker that "
+        "validates and queues pushes, or the aggregator that applies them (both need PostgreSQL and Redis)",
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="where the aggregator announces new versions"
+    )
+    aggregator_batch: int = Field(
+        256, ge=1, description="queued pushes the aggregator applies per transaction"
+    )
+    aggregator_lease_seconds: float = Field(
+        5.0, gt=0, description="a silent aggregator's lease lapses after this"
+    )
+    enrollment_key: SecretStr | None = Field(
+        None, description="the devices' enrollment key; unset: generated once into <data_dir>/secrets.json"
+    )
+    admin_token: SecretStr | None = Field(
+        None, description="the REST API's admin token; unset: generated once into <data_dir>/secrets.json"
+    )
 
-    # model and strategy
-    initial_model: str | None = "mnist_cnn"  # built-in model to train when the database holds none
-    # the default chosen by issue 19's measurements (docs/results/default-search.md)
-    strategy: StrategyName = "dynsgd-clip"
-    learning_rate: float | None = Field(None, gt=0)  # None: the strategy's own default rate
-    k: int | None = Field(None, ge=1)  # None: the strategy's own buffer size
-    time_window: float | None = None
-    percentile: float = Field(99.7, gt=0, le=100)
-    bootstrap: int = Field(100, ge=0)
-    staleness_cap: bool = True
-    boost_floor: float = Field(0.1, gt=0, le=1)
-    boost_scope: Literal["all", "stragglers", "none"] = "all"
-    global_counts: Literal["samples", "weighted"] = "samples"
-    over_selection: float = Field(1.0, ge=1)  # ssgd: tasks granted per round = ceil(k·this)
-    beta1: float = Field(0.9, ge=0, lt=1)  # fedadam, fedyogi: Reddi et al.'s server moments
-    beta2: float = Field(0.99, ge=0, lt=1)
-    epsilon: float = Field(1e-3, gt=0)
-    clip_factor: float = Field(1.0, gt=0)  # dynsgd-clip: clip each gradient to this × the recent median norm
-    warmup_gradients: int = Field(200, ge=0)  # dynsgd-clip: rate ramped up over this many gradients
-    # audp, mapa (issue 16): norm-Laplace noise on every device, pure ε per step (server/strategies/audp.py)
-    dp_step_epsilon: float = Field(0.1, gt=0, allow_inf_nan=False)  # ε_k of every step, one for all devices
-    dp_step_batch: int = Field(12, ge=1)  # b: examples per step, each clipped to G = b·ΔS/2
-    dp_noise_sampler: Literal["exact", "paper"] = "exact"  # "paper" matches the paper's variance, NOT ε-DP
-    tau_max: int = Field(10, ge=0)  # gradients staler than this are dropped; enters the rates
-    smoothness: float = Field(10.0, gt=0)  # L, assumed
-    gradient_std: float = Field(30.0, ge=0)  # σ of a per-example gradient, assumed
-    l2: float = Field(0.0, ge=0)  # λ_reg, applied by the server as weight decay
-    audp_clip: float = Field(3.0, gt=0, allow_inf_nan=False)  # audp: the fixed clip G
-    mapa_sensitivity: float | None = Field(None, gt=0)  # mapa: ΔS₀; None: Theorem 3's from σ, b, δ
-    mapa_theta: float = Field(0.5, gt=0, lt=1)  # mapa: ΔS ← θΔS per stage
-    mapa_delta: float = Field(1e-3, gt=0, lt=1)  # mapa: Theorem 3's failure probability for ΔS₀
-    mapa_loss_gap: float = Field(2.302585, gt=0)  # mapa: f(x₁) − f*, unknown, a hyperparameter (ln 10)
-    # vandijk (issue 16): local SGD rounds of growing size, one Gaussian noise per round (vandijk.py)
-    vandijk_schedule: Literal["linear", "ilogi", "constant"] = "linear"  # s_i = b + ⌈a·i⌉, b + ⌈a·z/ln z⌉, b
-    vandijk_a: float = Field(1.3216, ge=0, allow_inf_nan=False)  # growth of the per-device round size
-    vandijk_b: int = Field(16, ge=1)  # s_0, the first round's size per device
-    vandijk_beta: float = Field(0.01, ge=0, allow_inf_nan=False)  # η̄_i = η0/(1 + β·t_i or β√t_i); 0: constant
-    vandijk_decay: Literal["linear", "sqrt"] = "sqrt"  # linear: strongly convex; sqrt: convex, non-convex
-    vandijk_delay_rounds: int = Field(1, ge=0)  # d: a device may run at most d rounds ahead of the barrier
-    vandijk_noise_multiplier: float | None = Field(None, gt=0)  # σ per round; None: the DP policy's
-    vandijk_clip: float | None = Field(None, gt=0)  # C per example; None: the DP policy's (unclipped if off)
-    # wkafl (issue 17): K-async with staleness weights, momentum, cosine selection, two stages (wkafl.py)
-    wkafl_alpha: float = Field(0.1, ge=0, allow_inf_nan=False)  # α: weight of the previous estimate added
-    wkafl_beta: float = Field(10.0, ge=0, allow_inf_nan=False)  # β in p' = exp(β·cos)
-    wkafl_sim_min: float = Field(0.3, ge=-1, le=1)  # gradients less similar to the estimate are not applied
-    wkafl_clip: float = Field(100.0, gt=0, allow_inf_nan=False)  # CB: every gradient clipped to this norm
-    wkafl_stage2_clip: float = Field(10.0, gt=0, allow_inf_nan=False)  # B: stage 2 clips to B·‖estimate‖
-    wkafl_gamma: float = Field(0.1, ge=0, allow_inf_nan=False)  # η = η0/(γ·τ_min + 1)
-    wkafl_loss_threshold: float = Field(0.3, ge=0, allow_inf_nan=False)  # ε: stage 2 at mean loss ≤ ε; 0: off
-    wkafl_switch_update: int | None = Field(None, ge=0)  # or stage 2 after this many updates (the code's)
-    wkafl_momentum: Literal["estimate", "aggregate"] = "estimate"  # previous ḡ (paper) or applied g (code)
-    # kardam (issue 17): Byzantine filters + staleness dampening around FLEET_STRATEGY (strategies/kardam.py)
-    kardam: bool = False
-    kardam_f: int = Field(3, ge=0)  # f, the assumed Byzantine devices; n > 3f+1 is checked, only warned
-    kardam_dampening: Literal["exp", "inverse"] = "exp"  # Λ(τ) = exp(−0.2τ) or 1/(τ+1)
-    kardam_coefficient: Literal["worker", "server"] = "worker"  # K̂ vs own previous / the last accepted
-    kardam_warmup: Literal["accept", "drop"] = "accept"  # no K̂ yet: frequency filter only / drop
+    # model, strategy and wrappers
+    initial_model: str | None = Field(
+        "mnist_cnn", description="built-in model trained when the database holds none"
+    )
+    strategy: Annotated[StrategyConfig, NoDecode] = Field(
+        STRATEGIES[DEFAULT_STRATEGY].settings(),
+        description="the aggregation strategy: a name, or its settings (JSON, or FLEET_STRATEGY__<FIELD>)",
+    )
+    wrappers: Annotated[list[WrapperConfig], NoDecode] = Field(
+        default_factory=list,
+        description="wrappers around the strategy, the first innermost: a JSON list of settings, or names",
+    )
 
     # controller and profiler
-    size_drop: float = Field(0.0, ge=0, lt=1)
-    similarity_drop: float = Field(0.0, ge=0, lt=1)
-    time_slo_ms: float = Field(1000.0, gt=0)
-    energy_slo: float | None = None
-    min_batch: int = Field(1, ge=1)
-    max_batch: int = Field(1000, ge=1)
-    profiler_bootstrap: Path | None = None
-    # IProf hyperparameters; default the tuned ones (profiler.defaults), a value replaces them as a whole
-    profiler_params: dict[str, float | bool | str] = Field(default_factory=lambda: dict(TUNED_PARAMS))
-    profiler_baseline: Literal["none", "maui"] = "none"  # "maui": alternate requests with MAUI (experiments)
+    size_drop: float = Field(
+        0.0, ge=0, lt=1, description="the controller refuses this share of the smallest tasks"
+    )
+    similarity_drop: float = Field(
+        0.0, ge=0, lt=1, description="the controller refuses this share of the most label-redundant tasks"
+    )
+    time_slo_ms: float = Field(1000.0, gt=0, description="I-Prof's target computation time per task (ms)")
+    energy_slo: float | None = Field(
+        None, description="I-Prof's target energy per task (battery %); unset: none"
+    )
+    min_batch: int = Field(1, ge=1, description="the smallest mini-batch a task is granted")
+    max_batch: int = Field(1000, ge=1, description="the largest mini-batch a task is granted")
+    profiler_bootstrap: Path | None = Field(
+        None, description="I-Prof's cold-start measurements (JSON); unset: its built-in prior"
+    )
+    profiler_params: dict[str, float | bool | str] = Field(
+        default_factory=lambda: dict(TUNED_PARAMS),
+        description="I-Prof's hyperparameters (JSON); a value replaces the tuned ones (profiler.defaults)",
+    )
+    profiler_baseline: Literal["none", "maui"] = Field(
+        "none", description='"maui": alternate task requests between I-Prof and MAUI (experiments)'
+    )
+
+    # differential privacy (server/core/privacy.py): DP-SGD on the devices, a per-device ε budget
+    dp: bool = Field(False, description="DP-SGD on the devices and a per-device ε budget")
+    dp_clip: float = Field(
+        1.0, gt=0, allow_inf_nan=False, description="C: each example's gradient norm bound"
+    )
+    dp_noise_multiplier: float = Field(1.1, gt=0, allow_inf_nan=False, description="σ: the noise std is σ·C")
+    dp_epsilon_budget: float | None = Field(
+        8.0, gt=0, allow_inf_nan=False, description="ε per device; unset: counted, not enforced"
+    )
+    dp_delta: float | None = Field(
+        None, gt=0, lt=1, description="δ; unset: 1/N² for a device with N examples"
+    )
+    dp_examples_tolerance: float = Field(
+        2.0, ge=1, allow_inf_nan=False, description="a device's N may change by this factor between tasks"
+    )
 
     # protocol limits
-    # Differential privacy (server/core/privacy.py): DP-SGD on the devices, a per-device ε budget.
-    dp: bool = False
-    dp_clip: float = Field(1.0, gt=0, allow_inf_nan=False)  # C: each example's gradient norm bound
-    dp_noise_multiplier: float = Field(1.1, gt=0, allow_inf_nan=False)  # σ: noise std is σC
-    dp_epsilon_budget: float | None = Field(8.0, gt=0, allow_inf_nan=False)  # per device; None: unenforced
-    dp_delta: float | None = Field(None, gt=0, lt=1)  # None: 1/N² for a device with N examples
-    dp_examples_tolerance: float = Field(2.0, ge=1, allow_inf_nan=False)  # N may change by this factor
-    lease_seconds: float = Field(60.0, gt=0)
-    max_gradient_norm: float = Field(1e4, gt=0)
-    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0)
-    version_retention: int = Field(200, ge=1)
-    rate_limit_per_second: float = Field(10.0, gt=0)
-    rate_limit_burst: int = Field(30, ge=1)
-    enroll_rate_per_second: float = Field(10.0, gt=0)  # per client address
-    enroll_burst: int = Field(250, ge=1)  # a 200-device fleet behind one address enrolls at once
+    lease_seconds: float = Field(
+        60.0, gt=0, description="a task's result is accepted this long after its grant"
+    )
+    max_gradient_norm: float = Field(1e4, gt=0, description="pushes with a larger gradient norm are refused")
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="the largest request body accepted")
+    version_retention: int = Field(200, ge=1, description="model versions kept (older ones are deleted)")
+    rate_limit_per_second: float = Field(10.0, gt=0, description="requests per second per device")
+    rate_limit_burst: int = Field(30, ge=1, description="the burst a device may send above its rate")
+    enroll_rate_per_second: float = Field(10.0, gt=0, description="enrollments per second per client address")
+    enroll_burst: int = Field(
+        250,
+        ge=1,
+        description="the enrollment burst per address (a 200-device fleet behind one NAT enrolls at once)",
+    )
 
     # evaluation and stop criterion
-    eval_data: Path | None = None  # npz with x (N, ...) and y (N,)
-    eval_every_versions: int = Field(50, ge=1)
-    eval_interval_s: float = Field(5.0, gt=0)
-    target_accuracy: float | None = None
-    max_versions: int | None = None
+    eval_data: Path | None = Field(
+        None, description="held-out data (npz with x (N, ...) and y (N,)); unset: none"
+    )
+    eval_every_versions: int = Field(50, ge=1, description="evaluate every this many versions")
+    eval_interval_s: float = Field(5.0, gt=0, description="and at most this often (seconds)")
+    target_accuracy: float | None = Field(
+        None, description="training finishes at this accuracy; unset: never"
+    )
+    max_versions: int | None = Field(
+        None, description="training finishes at this many versions; unset: never"
+    )
 
     # admin web console (/admin); FLEET_CONSOLE=false serves none of it and training is unaffected
-    console: bool = True
-    console_user: str | None = None  # first-run user, created when the database has no console user
-    console_password: SecretStr | None = None
-    console_session_hours: float = Field(12.0, gt=0)
-    login_rate_per_minute: float = Field(6.0, gt=0)  # wrong or right, per client address and per username
-    login_burst: int = Field(5, ge=1)
+    console: bool = Field(True, description="serve the admin web console at /admin")
+    console_user: str | None = Field(None, description="first-run console user, created when there is none")
+    console_password: SecretStr | None = Field(None, description="that user's password")
+    console_session_hours: float = Field(12.0, gt=0, description="a console session lasts this long")
+    login_rate_per_minute: float = Field(
+        6.0, gt=0, description="console logins per minute, per client address and per username"
+    )
+    login_burst: int = Field(5, ge=1, description="the login burst above that rate")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = [s for s in (env_settings, dotenv_settings) if isinstance(s, EnvSettingsSource)]
+        flat = FlatEnvironment(settings_cls, *sources)
+        return init_settings, env_settings, dotenv_settings, flat, file_secret_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_flat(cls, data: Any) -> Any:
+        return fold_flat(data) if isinstance(data, dict) else data
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'fleet.db'}"
@@ -160,19 +309,38 @@ def get_settings() -> Settings:
     return Settings()
 
 
-# What the console may change while training runs (applied by server/compose.py's apply_settings), by page
-# section; strategy fields are shown only when the running strategy takes them.
-LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "Learning": (
-        "strategy", "learning_rate", "k", "time_window", "percentile", "bootstrap", "staleness_cap",
-        "boost_floor", "boost_scope", "global_counts", "over_selection", "beta1", "beta2", "epsilon",
-        "clip_factor", "warmup_gradients", "dp_step_epsilon", "dp_step_batch", "dp_noise_sampler", "tau_max",
-        "smoothness", "gradient_std", "l2", "audp_clip", "mapa_sensitivity", "mapa_theta", "mapa_delta",
-        "mapa_loss_gap", "vandijk_schedule", "vandijk_a", "vandijk_b", "vandijk_beta", "vandijk_decay",
-        "vandijk_delay_rounds", "vandijk_noise_multiplier", "vandijk_clip", "wkafl_alpha", "wkafl_beta",
-        "wkafl_sim_min", "wkafl_clip", "wkafl_stage2_clip", "wkafl_gamma", "wkafl_loss_threshold",
-        "wkafl_switch_update", "wkafl_momentum",
+# The settings by topic: docs/configuration.md's sections (a test checks every field is in one).
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Deployment": (
+        "data_dir", "database_url", "role", "redis_url", "aggregator_batch", "aggregator_lease_seconds",
+        "enrollment_key", "admin_token",
     ),
+    "Model, strategy and wrappers": ("initial_model", "strategy", "wrappers"),
+    "Controller and profiler": (
+        "size_drop", "similarity_drop", "time_slo_ms", "energy_slo", "min_batch", "max_batch",
+        "profiler_bootstrap", "profiler_params", "profiler_baseline",
+    ),
+    "Differential privacy": (
+        "dp", "dp_clip", "dp_noise_multiplier", "dp_epsilon_budget", "dp_delta", "dp_examples_tolerance",
+    ),
+    "Protocol limits": (
+        "lease_seconds", "max_gradient_norm", "max_body_bytes", "version_retention", "rate_limit_per_second",
+        "rate_limit_burst", "enroll_rate_per_second", "enroll_burst",
+    ),
+    "Evaluation and stop criterion": (
+        "eval_data", "eval_every_versions", "eval_interval_s", "target_accuracy", "max_versions",
+    ),
+    "Admin console": (
+        "console", "console_user", "console_password", "console_session_hours", "login_rate_per_minute",
+        "login_burst",
+    ),
+}  # fmt: skip
+
+# What the console may change while training runs (applied by server/compose.py's apply_settings), by page
+# section. "strategy" is the strategy's whole settings (its name and only its own fields, from the registry)
+# and "wrappers" the list around it.
+LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "Learning": ("strategy", "wrappers"),
     "SLOs and batch limits": ("time_slo_ms", "energy_slo", "min_batch", "max_batch"),
     "Controller": ("size_drop", "similarity_drop"),
     "Protocol limits": (
@@ -182,14 +350,35 @@ LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
+def live_names() -> set[str]:
+    """The settings the console may change, and the old flat strategy names it may have saved."""
+    return {name for names in LIVE_SETTINGS.values() for name in names} | strategy_keys()
+
+
 def with_overrides(settings: Settings, overrides: dict[str, object]) -> Settings:
     """``settings`` with ``overrides`` applied, validated as a whole (raises pydantic's ValidationError).
 
-    ``model_validate`` does not read the environment again: only the given values change."""
-    unknown = set(overrides) - {name for names in LIVE_SETTINGS.values() for name in names}
+    ``strategy`` replaces the strategy's settings as a whole. An old flat strategy field (``learning_rate``,
+    as saved by earlier consoles) sets that field of the running strategy or of one given by name alone
+    (``"strategy": "fedbuff"``: its defaults), is ignored by a strategy that does not take it, and is
+    ignored beside full strategy settings (a later save). ``model_validate`` does not read the environment
+    again: only the given values change."""
+    unknown = set(overrides) - live_names()
     if unknown:
         raise ValueError(f"not settable at run time: {sorted(unknown)}")
-    merged = Settings.model_validate({**settings.model_dump(), **overrides})
+    values = settings.model_dump()
+    changes = dict(overrides)
+    given = changes.get("strategy")
+    complete = given is not None and not (isinstance(given, str) and not given.lstrip().startswith("{"))
+    if "strategy" in changes:
+        values["strategy"] = _as_dict(changes.pop("strategy"))
+    strategy = _as_dict(values["strategy"])
+    taken = STRATEGIES[strategy["name"]].settings.model_fields if strategy.get("name") in STRATEGIES else {}
+    for key in strategy_keys() & set(changes):
+        value = changes.pop(key)
+        if key in taken and not complete:
+            strategy[key] = value
+    merged = Settings.model_validate({**values, **changes, "strategy": strategy})
     if merged.min_batch > merged.max_batch:
         raise ValueError(f"min_batch ({merged.min_batch}) must not exceed max_batch ({merged.max_batch})")
     return merged

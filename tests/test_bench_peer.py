@@ -76,7 +76,7 @@ def test_quick_fleet_side(tmp_path, monkeypatch):
     for suffix in ("md", "json", "png"):
         assert (tmp_path / f"peer-flower-quick.{suffix}").stat().st_size > 0
     (run,) = payload["runs"]
-    assert run["strategy"] == Settings.model_fields["strategy"].default  # the default arm, untuned
+    assert run["strategy"] == Settings.model_fields["strategy"].default.name  # the default arm, untuned
     assert run["settings"] == {} and run["init_matches_workload"]
     curve = run["curve"]
     assert len(curve) >= 3 and max(c[1] for c in curve[1:]) > curve[0][1] + 0.1  # it learned

@@ -208,6 +208,40 @@ def test_a_strategy_change_applies_and_keeps_training(console):
     assert described["strategy"] == "fedbuff" and described["k"] == 3
 
 
+def test_the_strategy_shows_only_its_own_fields_and_wrappers_are_a_list(console):
+    client = console()
+    login(client)
+    page = client.get("/admin/settings").text
+    assert 'name="strategy.clip_factor"' in page and 'name="strategy.percentile"' not in page
+    post = {"csrf_token": csrf(client), "strategy": "dynsgd-clip", "strategy.clip_factor": "2",
+            "wrappers.add": "kardam"}  # fmt: skip
+    assert "saved" in client.post("/admin/settings", data=post).text
+    coordinator = client.app.state.coordinator
+    built = coordinator.run.strategy
+    assert type(built).__name__ == "Kardam" and built.inner.inner.factor == 2.0
+    page = client.get("/admin/settings").text
+    assert 'name="wrappers.0.f"' in page
+    bad = {"csrf_token": csrf(client), "wrappers.0.name": "kardam", "wrappers.0.f": "-1"}
+    answer = client.post("/admin/settings", data=bad)
+    assert answer.status_code == 422 and "Nothing was changed" in answer.text
+    assert "wrappers.0.f" in answer.text
+    assert coordinator.run.strategy is built
+    wrong = {"csrf_token": csrf(client), "strategy": "adasgd", "clip_factor": "2"}  # not adasgd's
+    assert client.post("/admin/settings", data=wrong).status_code == 422
+    switch = {"csrf_token": csrf(client), "strategy": "adasgd", "strategy.clip_factor": "2",
+              "strategy.k": "2", "wrappers.0.name": "kardam", "wrappers.0.f": "1",
+              "wrappers.0.remove": "true"}  # fmt: skip
+    assert "saved" in client.post("/admin/settings", data=switch).text
+    described = coordinator.run.strategy.describe()
+    assert described["strategy"] == "adasgd" and described["k"] == 2
+    assert 'name="strategy.percentile"' in client.get("/admin/settings").text
+    client.__exit__(None, None, None)
+
+    restarted = console(console_user=None, console_password=None)  # the saved structure, after a restart
+    settings = restarted.app.state.settings
+    assert (settings.strategy.name, settings.strategy.k, settings.wrappers) == ("adasgd", 2, [])
+
+
 def test_wrong_passwords_are_refused_then_throttled(console):
     client = console(login_burst=3)
     codes = [login(client, password="wrong-wrong-wrong").status_code for _ in range(4)]

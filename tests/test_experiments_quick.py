@@ -114,7 +114,7 @@ def test_default_search_quick_reports_the_shipped_default_untuned(tmp_path):
     run_experiment("default-search", quick=True, out_dir=tmp_path)
     data = outputs_exist(tmp_path, "default-search-quick")
     s = data["summary"]
-    assert s["default"] == Settings(_env_file=None).strategy
+    assert s["default"] == Settings(_env_file=None).strategy.name
     default_row = next(name for name in s["table"] if "(default, untuned)" in name)
     assert s["table"][default_row]["lr"] == s["default_rate"]
     # every run is in the table: a miss is counted at its end (censored), never dropped

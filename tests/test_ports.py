@@ -146,7 +146,7 @@ def test_each_strategy_declares_its_settings():
     from server.settings import Settings
 
     for name, cls in STRATEGIES.items():
-        assert {"learning_rate", "k", "time_window"} <= {f.name for f in fields(cls.settings)}
+        assert {"name", "learning_rate", "k", "time_window"} <= set(cls.settings.model_fields)
         params = strategy_params(
             Settings(strategy=name, learning_rate=0.1, k=2, time_window=3.0, _env_file=None)
         )

@@ -15,7 +15,7 @@ from models.manifest import builtin
 from server.core.accounting import PrivacyEvent, epsilon
 from server.core.privacy import PrivacyPolicy
 from server.core.types import Rejection
-from server.settings import LIVE_SETTINGS, Settings
+from server.settings import LIVE_SETTINGS, Settings, strategy_keys
 from server.store.codec import decode_state, encode_state
 from server.strategies import Arrival, VanDijk, make_strategy
 from server.strategies.vandijk import VanDijkSettings, round_size
@@ -93,8 +93,9 @@ def test_terms_state_round_trip_and_settings():
     restored = make_strategy("vandijk")
     restored.load_state_dict(decode_state(encode_state(s.state_dict())))
     assert restored.rounds == {"x": 1} and restored.updates == 1
-    fields = {f for f in VanDijkSettings.__dataclass_fields__ if f.startswith("vandijk")}
-    assert fields <= set(Settings.model_fields) and fields <= set(LIVE_SETTINGS["Learning"])
+    fields = {f for f in VanDijkSettings.model_fields if f.startswith("vandijk")}
+    assert fields <= strategy_keys() and "strategy" in LIVE_SETTINGS["Learning"]  # flat FLEET_VANDIJK_*
+    assert Settings(strategy="vandijk", vandijk_b=4, _env_file=None).strategy.vandijk_b == 4
 
 
 def test_unclipped_terms_are_only_valid_without_noise():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from server.compose import build_strategy
-from server.settings import LIVE_SETTINGS, Settings
+from server.settings import LIVE_SETTINGS, Settings, strategy_keys
 from server.store.codec import decode_state, encode_state
 from server.strategies import SASGD, TWAFL, WKAFL, Arrival, make_strategy
 from server.strategies.kasync import staleness_weight
@@ -169,8 +169,8 @@ def test_all_three_are_selectable_by_name_with_their_settings():
     assert built.loss_threshold == 0 and built.momentum == "aggregate" and built.switch_update == 7
     with pytest.raises(ValueError):
         WKAFL(wkafl_momentum="both")
-    fields = set(WKAFLSettings.__dataclass_fields__) - {"learning_rate", "k", "time_window"}
-    assert fields <= set(Settings.model_fields) and fields <= set(LIVE_SETTINGS["Learning"])
+    fields = set(WKAFLSettings.model_fields) - {"name", "learning_rate", "k", "time_window"}
+    assert fields <= strategy_keys() and "strategy" in LIVE_SETTINGS["Learning"]  # flat FLEET_WKAFL_*
 
 
 # -- Alg. 4 ------------------------------------------------------------------------------------------

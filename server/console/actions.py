@@ -12,13 +12,15 @@ from urllib.parse import quote
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from server.compose import apply_settings
 from server.console.pages import render_settings
 from server.console.web import CheckedSession, audit, console_state, coordinator_of
 from server.core.errors import CoordinatorError
-from server.settings import LIVE_SETTINGS, with_overrides
+from server.settings import LIVE_SETTINGS, Settings, strategy_keys, with_overrides
+from server.strategies import STRATEGIES, WRAPPERS
 
 router = APIRouter()
 SETTABLE = {name for names in LIVE_SETTINGS.values() for name in names}
@@ -49,21 +51,98 @@ async def training(request: Request, session: CheckedSession, action: str) -> Re
     return back("/admin", f"training is {run.status}")
 
 
-def _form_values(form: Any, names: set[str], fields: dict[str, Any]) -> dict[str, Any]:
-    """The submitted settings as raw values: an empty field of an optional setting means None; an
-    unchecked checkbox (a bool not in the form, but announced by its hidden marker) means False."""
+def _form_values(form: Any, names: dict[str, str], fields: dict[str, Any]) -> dict[str, Any]:
+    """The submitted settings as raw values, by setting name (``names``: form name → setting name): an
+    empty field of an optional setting means None; an unchecked checkbox (a bool not in the form, but
+    announced by its hidden marker) means False."""
     values: dict[str, Any] = {}
-    for name in names:
+    for form_name, name in names.items():
         annotation = fields[name].annotation
         if annotation is bool:
-            if f"present:{name}" in form:
-                values[name] = name in form and form.get(name) not in ("", "false", "off")
+            if f"present:{form_name}" in form:
+                values[name] = form_name in form and form.get(form_name) not in ("", "false", "off")
             continue
-        if name not in form:
+        if form_name not in form:
             continue
-        raw = str(form.get(name)).strip()
+        raw = str(form.get(form_name)).strip()
         values[name] = None if raw == "" and "None" in str(annotation) else raw
     return values
+
+
+def _strategy_values(form: Any, current: BaseModel) -> dict[str, Any] | None:
+    """The submitted strategy settings (``strategy`` and ``strategy.<field>``, or the old flat field names):
+    the chosen strategy's own fields only; another strategy than the running one keeps the fields the two
+    share and starts from its defaults for the others (the running one's other fields, which the page
+    posted, are dropped). A field the chosen strategy does not take is refused (ValueError). None when
+    the form has no strategy fields."""
+    name = str(form.get("strategy", current.name)).strip()  # type: ignore[attr-defined]
+    cls = STRATEGIES.get(name)
+    if cls is None:
+        return {"name": name}  # refused by validation, with the registry's names in the message
+    fields = cls.settings.model_fields
+    foreign = {key for key in form if key in strategy_keys() and key not in fields}
+    if name == current.name:  # type: ignore[attr-defined] # the page shows only the running one's fields
+        foreign |= {key for key in form if key.startswith("strategy.") and key[9:] not in fields}
+    if foreign:
+        raise ValueError(f"not settings of strategy {name}: {', '.join(sorted(foreign))}")
+    nested = {f"strategy.{key}": key for key in fields if key != "name"}
+    flat = {key: key for key in fields if key != "name" and key in strategy_keys()}
+    values = {**_form_values(form, flat, fields), **_form_values(form, nested, fields)}
+    if "strategy" not in form and not values:
+        return None
+    kept = {key: value for key, value in current if key in fields and key != "name"}
+    return {**kept, **values, "name": name}
+
+
+def _wrapper_values(form: Any) -> list[dict[str, Any]] | None:
+    """The submitted wrappers (``wrappers.<i>.name`` and fields, ``.remove``, ``wrappers.add``), in order;
+    None when the form has none."""
+    parts = [key.split(".") for key in form if key.startswith("wrappers.")]
+    indices = sorted({int(p[1]) for p in parts if len(p) == 3 and p[1].isdigit()})
+    if not indices and "wrappers.add" not in form:
+        return None
+    wrappers: list[dict[str, Any]] = []
+    for i in indices:
+        name = str(form.get(f"wrappers.{i}.name", ""))
+        if form.get(f"wrappers.{i}.remove") in ("true", "on", "1"):
+            continue
+        cls = WRAPPERS.get(name)
+        if cls is None:
+            wrappers.append({"name": name})
+            continue
+        fields = cls.settings.model_fields
+        names = {f"wrappers.{i}.{key}": key for key in fields if key != "name"}
+        wrappers.append({"name": name, **_form_values(form, names, fields)})
+    added = str(form.get("wrappers.add", "")).strip()
+    if added:
+        wrappers.append({"name": added})
+    return wrappers
+
+
+def _submitted(form: Any, current: Settings) -> dict[str, Any]:
+    """The settings a form submits, for ``with_overrides``."""
+    fields = type(current).model_fields
+    plain = {name: name for name in SETTABLE - {"strategy", "wrappers"}}
+    values = _form_values(form, plain, fields)
+    strategy = _strategy_values(form, current.strategy)
+    if strategy is not None:
+        values["strategy"] = strategy
+    wrappers = _wrapper_values(form)
+    if wrappers is not None:
+        values["wrappers"] = wrappers
+    return values
+
+
+def _error_key(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as the form field's name: the union's tag is left out
+    (("strategy", "adasgd", "percentile") → "strategy.percentile", ("wrappers", 0, "kardam", "f") →
+    "wrappers.0.f")."""
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["strategy"] and len(parts) > 2:
+        parts = ["strategy", *parts[2:]]
+    elif parts[:1] == ["wrappers"] and len(parts) > 3:
+        parts = parts[:2] + parts[3:]
+    return ".".join(parts)
 
 
 @router.post("/settings", include_in_schema=False)
@@ -71,12 +150,10 @@ async def change_settings(request: Request, session: CheckedSession) -> Response
     console = console_state(request)
     old = console.settings
     form = await request.form()
-    fields = type(old).model_fields
-    submitted = _form_values(form, SETTABLE, fields)
     try:
-        new = with_overrides(old, submitted)
+        new = with_overrides(old, _submitted(form, old))
     except ValidationError as exc:
-        errors = {".".join(str(p) for p in e["loc"]): e["msg"] for e in exc.errors()}
+        errors = {_error_key(tuple(e["loc"])): e["msg"] for e in exc.errors()}
         return await render_settings(
             request, status.HTTP_422_UNPROCESSABLE_CONTENT, errors=errors, submitted=form
         )
@@ -93,7 +170,7 @@ async def change_settings(request: Request, session: CheckedSession) -> Response
     api.rate_limiter.rate, api.rate_limiter.burst = new.rate_limit_per_second, new.rate_limit_burst
     api.enroll_limiter.rate, api.enroll_limiter.burst = new.enroll_rate_per_second, new.enroll_burst
     console.settings = api.settings = new
-    values = {name: after for name, (_, after) in changed.items()}
+    values = {name: to_jsonable_python(after) for name, (_, after) in changed.items()}
     await run_in_threadpool(
         console.store.save_overrides, values, actor=session.username, at=coordinator.clock()
     )
@@ -101,7 +178,7 @@ async def change_settings(request: Request, session: CheckedSession) -> Response
         request,
         session,
         "settings_changed",
-        changes={n: {"old": a, "new": b} for n, (a, b) in changed.items()},
+        changes={n: {"old": to_jsonable_python(a), "new": values[n]} for n, (a, _) in changed.items()},
     )
     return back("/admin/settings", "saved: " + ", ".join(sorted(changed)))
 

@@ -16,7 +16,7 @@ from server.console.figures import DATASETS, Figures
 from server.console.web import Session, console_state, coordinator_of, render
 from server.core.errors import CoordinatorError
 from server.settings import LIVE_SETTINGS, Settings
-from server.strategies import STRATEGIES
+from server.strategies import STRATEGIES, WRAPPERS
 
 router = APIRouter()
 PAGE_SIZE = 100
@@ -116,43 +116,67 @@ async def settings_page(request: Request, session: Session, msg: str | None = No
 
 
 async def render_settings(request: Request, status_code: int = 200, **context: Any) -> Response:
-    """The settings page (also re-shown with errors by a refused change, or once with a new key)."""
+    """The settings page (also re-shown with errors by a refused change, or once with a new key).
+
+    The strategy's fields are those of the running strategy's own settings model, the wrappers' those of
+    each configured wrapper's (server/strategies registries): the form's names are ``strategy.<field>``
+    and ``wrappers.<i>.<field>`` (server/console/actions.py reads them back)."""
     console = console_state(request)
     current = console.settings
-    taken = set(STRATEGIES[current.strategy].settings.__dataclass_fields__) | {"strategy"}
-    strategy_fields = set(LIVE_SETTINGS["Learning"])
-    groups = {
-        title: [n for n in names if n not in strategy_fields or n in taken]
-        for title, names in LIVE_SETTINGS.items()
-    }
+    plain = {title: list(names) for title, names in LIVE_SETTINGS.items() if title != "Learning"}
+    strategy = [
+        _input(f"strategy.{name}", field, getattr(current.strategy, name))
+        for name, field in type(current.strategy).model_fields.items()
+        if name != "name"
+    ]
+    wrappers = [
+        {
+            "index": i,
+            "name": config.name,
+            "fields": [
+                _input(f"wrappers.{i}.{name}", field, getattr(config, name))
+                for name, field in type(config).model_fields.items()
+                if name != "name"
+            ],
+        }
+        for i, config in enumerate(current.wrappers)
+    ]
     keys = await run_in_threadpool(coordinator_of(request).devices.enrollment_keys)
-    kinds = _input_kinds()
     return render(
         request,
         "settings.html",
         status_code,
-        groups=groups,
-        kinds=kinds,
+        groups=plain,
+        kinds=_input_kinds(),
         current=current,
+        strategy_names=sorted(STRATEGIES),
+        strategy_fields=strategy,
+        wrappers=wrappers,
+        wrapper_names=list(WRAPPERS),
         keys=keys,
         **context,
     )
 
 
+def input_kind(annotation: Any) -> Any:
+    """A setting's form input: "bool" (checkbox), a list of choices (select), "optional" (text, empty =
+    the default) or "value" (text)."""
+    if annotation is bool:
+        return "bool"
+    if get_origin(annotation) is Literal:
+        return list(get_args(annotation))
+    return "optional" if type(None) in get_args(annotation) else "value"
+
+
+def _input(form_name: str, field: Any, value: Any) -> dict[str, Any]:
+    kind = input_kind(field.annotation)
+    return {"name": form_name, "kind": kind, "value": value, "help": field.description}
+
+
 @lru_cache(maxsize=1)
 def _input_kinds() -> dict[str, Any]:
-    """Per live setting, its form input: "bool" (checkbox), a list of choices (select), "optional"
-    (text, empty = the default) or "value" (text)."""
-    kinds: dict[str, Any] = {}
-    for name, field in Settings.model_fields.items():
-        annotation = field.annotation
-        if annotation is bool:
-            kinds[name] = "bool"
-        elif get_origin(annotation) is Literal:
-            kinds[name] = list(get_args(annotation))
-        else:
-            kinds[name] = "optional" if type(None) in get_args(annotation) else "value"
-    return kinds
+    """Per top-level setting, its form input (``input_kind``)."""
+    return {name: input_kind(field.annotation) for name, field in Settings.model_fields.items()}
 
 
 @router.get("/privacy", include_in_schema=False)

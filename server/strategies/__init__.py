@@ -1,8 +1,16 @@
-"""Aggregation strategies behind one interface; pick one by name."""
+"""Aggregation strategies and the wrappers around them behind one interface; pick them by name.
+
+The two registries below are the single source of the names: server/settings.py's ``strategy`` and
+``wrappers``, the console's settings page and docs/configuration.md are all built from them and from each
+class's ``settings`` model. Adding a strategy (or a wrapper) is its own file, with a ``settings`` model
+whose ``name`` is a ``Literal`` of its name, and one line here.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Union
+
+from pydantic import Field
 
 from server.strategies.adabuff import AdaBuff
 from server.strategies.adasgd import AdaSGD
@@ -13,12 +21,17 @@ from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
+from server.strategies.guard import LossGuard
+from server.strategies.kardam import Kardam
 from server.strategies.mapa import MAPA
 from server.strategies.sasgd import SASGD
 from server.strategies.ssgd import SSGD
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
 from server.strategies.wkafl import WKAFL
+from server.strategies.wrappers import ClipNorm, StrategyWrapper, WarmUp, WrapperSettings
+
+DEFAULT_STRATEGY = "dynsgd-clip"  # chosen by issue 19's measurements (docs/results/default-search.md)
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
@@ -26,9 +39,28 @@ STRATEGIES: dict[str, type[Strategy]] = {
     + (SASGD, TWAFL, VanDijk, WKAFL)
 }
 
+# applied in the order listed in the settings, the first one innermost (server/compose.py wrap_strategy)
+WRAPPERS: dict[str, type[StrategyWrapper]] = {
+    cls.settings.model_fields["name"].default: cls for cls in (Kardam, ClipNorm, WarmUp, LossGuard)
+}
 
-def make_strategy(name: str, **params: Any) -> Strategy:
-    """Build a strategy by its registered name."""
+
+def settings_union(registry: dict[str, type[Any]]) -> Any:
+    """The registry's ``settings`` models as one pydantic discriminated union on ``name``; checks that
+    each model's name is the one it is registered under."""
+    models = []
+    for name, cls in registry.items():
+        declared = cls.settings.model_fields["name"].default
+        if declared != name:
+            raise TypeError(f"{cls.__name__}.settings is named {declared!r}, registered as {name!r}")
+        models.append(cls.settings)
+    return Annotated[Union[tuple(models)], Field(discriminator="name")]  # noqa: UP007 - a runtime tuple
+
+
+def make_strategy(name: str | StrategySettings, **params: Any) -> Strategy:
+    """Build a strategy by its registered name, or from its settings (``params`` override them)."""
+    if isinstance(name, StrategySettings):
+        name, params = name.name, {**name.kwargs(), **params}
     try:
         cls = STRATEGIES[name]
     except KeyError:
@@ -39,10 +71,7 @@ def make_strategy(name: str, **params: Any) -> Strategy:
 def default_strategy() -> tuple[str, float]:
     """Fleet's default strategy and its own rate: what a deployment that sets nothing runs (the
     declared default, not the environment's FLEET_STRATEGY)."""
-    from server.settings import Settings
-
-    name = str(Settings.model_fields["strategy"].default)
-    return name, float(make_strategy(name).learning_rate)
+    return DEFAULT_STRATEGY, float(make_strategy(DEFAULT_STRATEGY).learning_rate)
 
 
 __all__ = [
@@ -50,22 +79,31 @@ __all__ = [
     "AdaSGD",
     "Arrival",
     "AUDP",
+    "ClipNorm",
+    "DEFAULT_STRATEGY",
     "DynSGD",
     "DynSGDClip",
     "FedAdam",
     "FedAvgAsync",
     "FedBuff",
     "FedYogi",
+    "Kardam",
+    "LossGuard",
     "MAPA",
     "SASGD",
     "SSGD",
     "STRATEGIES",
     "default_strategy",
+    "settings_union",
     "Strategy",
     "StrategySettings",
+    "StrategyWrapper",
     "TaskTerms",
     "TWAFL",
     "VanDijk",
+    "WarmUp",
     "WKAFL",
+    "WRAPPERS",
+    "WrapperSettings",
     "make_strategy",
 ]

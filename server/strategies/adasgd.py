@@ -19,24 +19,30 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dampening import adasgd_beta, exp_dampening, inverse_dampening
 from server.strategies.similarity import bhattacharyya
 
 
-@dataclass(frozen=True)
 class AdaSGDSettings(StrategySettings):
-    percentile: float
-    bootstrap: int
-    staleness_cap: bool
-    boost_floor: float
-    boost_scope: Literal["all", "stragglers", "none"]
-    global_counts: Literal["samples", "weighted"]
+    name: Literal["adasgd"] = "adasgd"
+    percentile: float = Field(99.7, gt=0, le=100, description="τ_thres is this percentile of past staleness")
+    bootstrap: int = Field(
+        100, ge=0, description="staleness values seen before τ_thres is used (DynSGD till then)"
+    )
+    staleness_cap: bool = Field(True, description="cap τ at τ_thres in the dampening")
+    boost_floor: float = Field(0.1, gt=0, le=1, description="the similarity boost divides by at least this")
+    boost_scope: Literal["all", "stragglers", "none"] = Field(
+        "all", description="which gradients the similarity boost lifts"
+    )
+    global_counts: Literal["samples", "weighted"] = Field(
+        "samples", description="the global label distribution: all samples, or each counted with its weight"
+    )
 
 
 def linear_percentile(ordered: list[int], percentile: float) -> float:

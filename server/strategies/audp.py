@@ -21,31 +21,34 @@ Decisions (shared with MAPA, which extends this class):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.core.accounting import NORM_LAPLACE, norm_laplace_second_moment
 from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings, TaskTerms
 
 
-@dataclass(frozen=True)
 class NormLaplaceSettings(StrategySettings):
     """What AUDP and MAPA share: the per-step ε, the batch, the noise sampler and the rate's constants."""
 
-    dp_step_epsilon: float
-    dp_step_batch: int
-    dp_noise_sampler: str
-    tau_max: int
-    smoothness: float
-    gradient_std: float
-    l2: float
+    dp_step_epsilon: float = Field(
+        0.1, gt=0, allow_inf_nan=False, description="ε_k of every step, one for all devices (pure ε-DP)"
+    )
+    dp_step_batch: int = Field(12, ge=1, description="b: examples per step, each clipped to G = b·ΔS/2")
+    dp_noise_sampler: Literal["exact", "paper"] = Field(
+        "exact", description="norm-Laplace sampler; 'paper' matches the paper's variance and is NOT ε-DP"
+    )
+    tau_max: int = Field(10, ge=0, description="gradients staler than this are dropped; enters the rates")
+    smoothness: float = Field(10.0, gt=0, description="L, the loss's smoothness (assumed)")
+    gradient_std: float = Field(30.0, ge=0, description="σ of a per-example gradient (assumed)")
+    l2: float = Field(0.0, ge=0, description="λ_reg, applied by the server as weight decay")
 
 
-@dataclass(frozen=True)
 class AUDPSettings(NormLaplaceSettings):
-    audp_clip: float
+    name: Literal["audp"] = "audp"
+    audp_clip: float = Field(3.0, gt=0, allow_inf_nan=False, description="G, the fixed per-example clip")
 
 
 class AUDP(Strategy):

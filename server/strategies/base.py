@@ -10,10 +10,11 @@ comes first; a strategy with rounds (SSGD) overrides ``admit``/``ready`` to add 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 
 @dataclass(frozen=True)
@@ -39,26 +40,31 @@ class TaskTerms:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class StrategySettings:
-    """The typed settings a strategy takes from the coordinator's configuration (server/settings.py).
+class StrategySettings(BaseModel):
+    """The typed settings of a strategy (server/settings.py's ``strategy``).
 
-    Each strategy declares its own subclass next to it (``Strategy.settings``); the composition root
-    (server/compose.py) reads the same-named fields from the configuration and passes them as keyword
-    arguments, so adding a strategy needs no if-chain anywhere."""
+    Each strategy declares its own subclass next to it, with ``name: Literal["<its name>"]`` (the
+    discriminator) and one ``Field(default, description=...)`` per constructor keyword it takes, and sets it
+    as ``Strategy.settings``; the registry (server/strategies/__init__.py) unions them. The field names are
+    the constructor's keywords, so ``kwargs()`` is what the strategy is built with."""
 
-    learning_rate: float | None  # None: the strategy's own default
-    k: int | None
-    time_window: float | None
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    @classmethod
-    def from_config(cls, config: Any) -> Self:
-        """Pick this strategy's fields out of any object that has them as attributes."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+    name: str
+    learning_rate: float | None = Field(
+        None, gt=0, description="γ, the server's learning rate; unset: the strategy's own default"
+    )
+    k: int | None = Field(
+        None, ge=1, description="gradients per update (the buffer's K); unset: the strategy's own"
+    )
+    time_window: float | None = Field(
+        None, description="seconds after the buffer's first gradient when it is applied even if short of K"
+    )
 
     def kwargs(self) -> dict[str, Any]:
-        """The settings that were given: an unset (None) one leaves the strategy's own default."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        """The constructor's keywords: every field but ``name``; an unset (None) one leaves the strategy's
+        own default."""
+        return {key: value for key, value in self if key != "name" and value is not None}
 
 
 @dataclass

@@ -9,17 +9,23 @@ first steps. At 0.5 it learns from x0.25 to x4 its rate without diverging (simul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
 
 from server.strategies.base import StrategySettings
 from server.strategies.dynsgd import DynSGD
 from server.strategies.wrappers import ClipNorm, WarmUp
 
 
-@dataclass(frozen=True)
 class DynSGDClipSettings(StrategySettings):
-    clip_factor: float
-    warmup_gradients: int
+    """A named preset: the same as ``dynsgd`` with the wrappers clip-norm (``factor``) inside warm-up."""
+
+    name: Literal["dynsgd-clip"] = "dynsgd-clip"
+    clip_factor: float = Field(
+        1.0, gt=0, description="clip each gradient to this × the median norm of the last 100"
+    )
+    warmup_gradients: int = Field(200, ge=0, description="the rate is ramped up over this many gradients")
 
 
 class DynSGDClip(WarmUp):

@@ -7,20 +7,24 @@ Reddi et al.'s form: no bias correction, v starts at ε².
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.base import StrategySettings
 from server.strategies.fedbuff import FedBuff
 
 
-@dataclass(frozen=True)
 class FedAdamSettings(StrategySettings):
-    beta1: float
-    beta2: float
-    epsilon: float
+    name: Literal["fedadam"] = "fedadam"
+    beta1: float = Field(0.9, ge=0, lt=1, description="β₁, the decay of the server's first moment")
+    beta2: float = Field(0.99, ge=0, lt=1, description="β₂, the decay of the server's second moment")
+    epsilon: float = Field(1e-3, gt=0, description="ε, added to √v (adaptivity)")
+
+
+class FedYogiSettings(FedAdamSettings):
+    name: Literal["fedyogi"] = "fedyogi"  # type: ignore[assignment]
 
 
 class FedAdam(FedBuff):
@@ -69,6 +73,7 @@ class FedYogi(FedAdam):
     """Yogi's additive second moment: v grows or shrinks by at most (1−β2)·g², never jumps."""
 
     name = "fedyogi"
+    settings = FedYogiSettings
 
     def second_moment(self, v: np.ndarray, g2: np.ndarray) -> np.ndarray:
         return v - (1.0 - self.beta2) * g2 * np.sign(v - g2)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from server.strategies.base import Arrival, Strategy
+from typing import Literal
+
+from server.strategies.base import Arrival, Strategy, StrategySettings
+
+
+class FedAvgAsyncSettings(StrategySettings):
+    name: Literal["fedavg-async"] = "fedavg-async"
 
 
 class FedAvgAsync(Strategy):
     name = "fedavg-async"
+    settings = FedAvgAsyncSettings
 
     def weigh(self, arrival: Arrival) -> float:
         return 1.0

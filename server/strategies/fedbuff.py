@@ -5,12 +5,19 @@ The production anchor among asynchronous strategies; with K = 1 it is plain poly
 
 from __future__ import annotations
 
-from server.strategies.base import Arrival, Strategy
+from typing import Literal
+
+from server.strategies.base import Arrival, Strategy, StrategySettings
 from server.strategies.dampening import sqrt_dampening
+
+
+class FedBuffSettings(StrategySettings):
+    name: Literal["fedbuff"] = "fedbuff"
 
 
 class FedBuff(Strategy):
     name = "fedbuff"
+    settings = FedBuffSettings
     average = True
 
     def __init__(self, *, learning_rate: float = 0.2, k: int = 10, time_window: float | None = None) -> None:

@@ -11,15 +11,27 @@ the loss climb is never touched, so a well-set rate runs at full speed.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.base import Arrival, Strategy
-from server.strategies.wrappers import StrategyWrapper
+from server.strategies.wrappers import StrategyWrapper, WrapperSettings
+
+
+class LossGuardSettings(WrapperSettings):
+    name: Literal["loss-guard"] = "loss-guard"
+    spike: float = Field(1.5, gt=1, description="halve the rate when the loss average exceeds this × its low")
+    span: int = Field(50, ge=1, description="gradients in the loss's exponential average")
+    cooldown: int = Field(100, ge=0, description="gradients after a halving before the next one")
+    floor: float = Field(1 / 16, gt=0, le=1, description="the rate is never scaled below this fraction")
+    warmup: int = Field(100, ge=0, description="gradients seen before the guard starts watching")
 
 
 class LossGuard(StrategyWrapper):
+    settings = LossGuardSettings
+
     def __init__(
         self,
         inner: Strategy,

@@ -47,12 +47,13 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, OrderedDict, deque
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.base import Arrival, Strategy
-from server.strategies.wrappers import StrategyWrapper
+from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,20 @@ Warmup = Literal["accept", "drop"]
 ACCEPTED = 4  # last accepted gradients kept (one per version) for the server-level coefficient
 
 
+class KardamSettings(WrapperSettings):
+    name: Literal["kardam"] = "kardam"
+    legacy: ClassVar[str | None] = "kardam"  # FLEET_KARDAM=true, FLEET_KARDAM_F, ...
+    f: int = Field(3, ge=0, description="f, the Byzantine devices assumed; n > 3f+1 is checked, only warned")
+    dampening: Dampening = Field("exp", description="Λ(τ) = exp(−0.2τ) or 1/(τ+1)")
+    coefficient: Coefficient = Field(
+        "worker", description="K̂ against the device's own previous gradient, or the last accepted one"
+    )
+    warmup: Warmup = Field("accept", description="no K̂ yet: the frequency filter only, or drop")
+
+
 class Kardam(StrategyWrapper):
+    settings = KardamSettings
+
     def __init__(
         self,
         inner: Strategy,

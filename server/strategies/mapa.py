@@ -24,10 +24,10 @@ stage's rate: it was noised and charged under its own terms, so privacy is unaff
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.audp import AUDP, NormLaplaceSettings
 
@@ -37,12 +37,14 @@ def initial_sensitivity(gradient_std: float, batch: int, delta: float) -> float:
     return 2.0 * gradient_std / (batch * math.sqrt(1.0 - math.sqrt(1.0 - delta)))
 
 
-@dataclass(frozen=True)
 class MAPASettings(NormLaplaceSettings):
-    mapa_sensitivity: float | None
-    mapa_theta: float
-    mapa_delta: float
-    mapa_loss_gap: float
+    name: Literal["mapa"] = "mapa"
+    mapa_sensitivity: float | None = Field(None, gt=0, description="ΔS₀; unset: Theorem 3's from σ, b and δ")
+    mapa_theta: float = Field(0.5, gt=0, lt=1, description="θ: ΔS ← θ·ΔS at each new stage")
+    mapa_delta: float = Field(1e-3, gt=0, lt=1, description="δ, Theorem 3's failure probability for ΔS₀")
+    mapa_loss_gap: float = Field(
+        2.302585, gt=0, description="f(x₁) − f*, unknown: a hyperparameter (ln 10, a 10-class cross-entropy)"
+    )
 
 
 class MAPA(AUDP):

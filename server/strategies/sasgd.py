@@ -6,13 +6,20 @@ w ← w − (1/K) Σ_i (η0/τ_i) g_i. Fleet counts τ from 0 (computed on the n
 
 from __future__ import annotations
 
-from server.strategies.base import Arrival
+from typing import Literal
+
+from server.strategies.base import Arrival, StrategySettings
 from server.strategies.dampening import inverse_dampening
 from server.strategies.kasync import KAsync
 
 
+class SASGDSettings(StrategySettings):
+    name: Literal["sasgd"] = "sasgd"
+
+
 class SASGD(KAsync):
     name = "sasgd"
+    settings = SASGDSettings
     average = True
 
     def weigh(self, arrival: Arrival) -> float:

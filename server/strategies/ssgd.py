@@ -12,15 +12,16 @@ deadline the round waits for its slowest device. The step is the mean of the rou
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings
 
 
-@dataclass(frozen=True)
 class SSGDSettings(StrategySettings):
-    over_selection: float  # tasks granted per round = ceil(k · over_selection)
+    name: Literal["ssgd"] = "ssgd"
+    over_selection: float = Field(1.0, ge=1, description="tasks granted per round = ⌈K · this⌉")
 
 
 class SSGD(Strategy):

@@ -8,14 +8,21 @@ the least stale gradient is applied alone (the code's fallback).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
-from server.strategies.base import Arrival
+from server.strategies.base import Arrival, StrategySettings
 from server.strategies.kasync import KAsync, staleness_weight
+
+
+class TWAFLSettings(StrategySettings):
+    name: Literal["twafl"] = "twafl"
 
 
 class TWAFL(KAsync):
     name = "twafl"
+    settings = TWAFLSettings
 
     def weigh(self, arrival: Arrival) -> float:
         return staleness_weight(arrival.staleness) * max(1, arrival.batch_size)

@@ -29,10 +29,10 @@ lease that expires is granted again for the same round (and charged again, so ε
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.core.accounting import LOCAL_SGD
 from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings, TaskTerms
@@ -41,16 +41,29 @@ SCHEDULES = ("linear", "ilogi", "constant")
 DECAYS = ("linear", "sqrt")
 
 
-@dataclass(frozen=True)
 class VanDijkSettings(StrategySettings):
-    vandijk_schedule: str
-    vandijk_a: float
-    vandijk_b: int
-    vandijk_beta: float
-    vandijk_decay: str
-    vandijk_delay_rounds: int
-    vandijk_noise_multiplier: float | None
-    vandijk_clip: float | None
+    name: Literal["vandijk"] = "vandijk"
+    vandijk_schedule: Literal["linear", "ilogi", "constant"] = Field(
+        "linear", description="round sizes s_i: b + ⌈a·i⌉ (linear), b + ⌈a·z/ln z⌉ (ilogi) or b (constant)"
+    )
+    vandijk_a: float = Field(1.3216, ge=0, allow_inf_nan=False, description="a, the growth of the round size")
+    vandijk_b: int = Field(16, ge=1, description="b = s₀, the first round's size per device")
+    vandijk_beta: float = Field(
+        0.01,
+        ge=0,
+        allow_inf_nan=False,
+        description="β in η̄_i = η₀/(1 + β·t_i) or η₀/(1 + β√t_i); 0: constant",
+    )
+    vandijk_decay: Literal["linear", "sqrt"] = Field(
+        "sqrt", description="step decay: linear (strongly convex) or sqrt (convex, non-convex)"
+    )
+    vandijk_delay_rounds: int = Field(1, ge=0, description="d: a device may run at most d rounds ahead")
+    vandijk_noise_multiplier: float | None = Field(
+        None, gt=0, description="σ per round; unset: the DP policy's (FLEET_DP_NOISE_MULTIPLIER)"
+    )
+    vandijk_clip: float | None = Field(
+        None, gt=0, description="C per example; unset: the DP policy's (unclipped without DP)"
+    )
 
 
 def round_size(i: int, schedule: str, a: float, b: int) -> int:

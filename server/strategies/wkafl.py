@@ -29,10 +29,10 @@ Decisions on §6.6:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from server.strategies.base import Arrival, StrategySettings
 from server.strategies.kasync import KAsync, staleness_weight
@@ -40,17 +40,31 @@ from server.strategies.kasync import KAsync, staleness_weight
 Momentum = Literal["estimate", "aggregate"]
 
 
-@dataclass(frozen=True)
 class WKAFLSettings(StrategySettings):
-    wkafl_alpha: float
-    wkafl_beta: float
-    wkafl_sim_min: float
-    wkafl_clip: float
-    wkafl_stage2_clip: float
-    wkafl_gamma: float
-    wkafl_loss_threshold: float | None
-    wkafl_switch_update: int | None
-    wkafl_momentum: str
+    name: Literal["wkafl"] = "wkafl"
+    wkafl_alpha: float = Field(
+        0.1, ge=0, allow_inf_nan=False, description="α: the weight of the previous estimate added"
+    )
+    wkafl_beta: float = Field(10.0, ge=0, allow_inf_nan=False, description="β in p' = exp(β·cos)")
+    wkafl_sim_min: float = Field(
+        0.3, ge=-1, le=1, description="gradients less similar to the estimate than this are not applied"
+    )
+    wkafl_clip: float = Field(
+        100.0, gt=0, allow_inf_nan=False, description="CB: every gradient clipped to this"
+    )
+    wkafl_stage2_clip: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="B: stage 2 clips to B·‖estimate‖"
+    )
+    wkafl_gamma: float = Field(0.1, ge=0, allow_inf_nan=False, description="γ in η = η₀/(γ·τ_min + 1)")
+    wkafl_loss_threshold: float = Field(
+        0.3, ge=0, allow_inf_nan=False, description="ε: stage 2 once the mean loss is ≤ ε; 0: never by loss"
+    )
+    wkafl_switch_update: int | None = Field(
+        None, ge=0, description="or stage 2 after this many updates (the authors' code)"
+    )
+    wkafl_momentum: Literal["estimate", "aggregate"] = Field(
+        "estimate", description="momentum on the previous estimate ḡ (the paper) or the applied g (the code)"
+    )
 
 
 def norm(vector: np.ndarray) -> float:

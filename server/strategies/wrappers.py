@@ -11,15 +11,36 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from server.strategies.base import Arrival, Buffered, Strategy, TaskTerms
 
 
+class WrapperSettings(BaseModel):
+    """The typed settings of one wrapper in server/settings.py's ``wrappers`` list.
+
+    Each wrapper declares its subclass next to it, with ``name: Literal["<its name>"]`` (the discriminator)
+    and one ``Field(default, description=...)`` per constructor keyword, and sets it as the wrapper's
+    ``settings``; the registry (server/strategies/__init__.py ``WRAPPERS``) unions them. ``legacy`` names a
+    flat switch kept for old configurations (``kardam``: FLEET_KARDAM=true and FLEET_KARDAM_<FIELD>)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    legacy: ClassVar[str | None] = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The wrapper's constructor keywords (besides the strategy it wraps)."""
+        return {key: value for key, value in self if key != "name"}
+
+
 class StrategyWrapper(Strategy):
     """Delegates every hook to ``inner``; a subclass overrides only what it changes."""
+
+    settings: ClassVar[type[WrapperSettings]] = WrapperSettings  # type: ignore[assignment]
 
     def __init__(self, inner: Strategy) -> None:  # noqa: D107 - no Strategy.__init__: inner holds the state
         self.inner = inner
@@ -83,12 +104,23 @@ class StrategyWrapper(Strategy):
         return f"{type(self).__name__}({self.inner!r})"
 
 
+class ClipNormSettings(WrapperSettings):
+    name: Literal["clip-norm"] = "clip-norm"
+    factor: float = Field(
+        1.0, gt=0, description="clip each gradient to this × the median norm of recent ones"
+    )
+    window: int = Field(100, ge=1, description="the median is over this many last gradients' norms")
+    bootstrap: int = Field(5, ge=0, description="gradients that only fill the history before clipping starts")
+
+
 class ClipNorm(StrategyWrapper):
     """Scale each gradient down to at most ``factor`` × the median norm of the last ``window`` ones.
 
     Relative to the fleet's own gradients, so it needs no per-model threshold; the first
     ``bootstrap`` gradients only fill the history.
     """
+
+    settings = ClipNormSettings
 
     def __init__(
         self, inner: Strategy, *, factor: float = 1.0, window: int = 100, bootstrap: int = 5
@@ -129,9 +161,16 @@ class ClipNorm(StrategyWrapper):
         self._limit = []
 
 
+class WarmUpSettings(WrapperSettings):
+    name: Literal["warm-up"] = "warm-up"
+    gradients: int = Field(200, ge=0, description="the rate is ramped up linearly over this many gradients")
+
+
 class WarmUp(StrategyWrapper):
     """Ramp the learning rate linearly from 1/``gradients`` of its value to all of it over the first
     ``gradients`` gradients (counted, not updates, so the ramp does not depend on K)."""
+
+    settings = WarmUpSettings
 
     def __init__(self, inner: Strategy, *, gradients: int = 200) -> None:
         super().__init__(inner)
