@@ -44,7 +44,7 @@ from server.core.events import (
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
-from server.core.ports import Profiler, Store
+from server.core.ports import Arrival, Profiler, Store, Strategy
 from server.core.privacy import PRIVACY_RETRY_AFTER, PrivacyLedger, PrivacyPolicy, Refusal, poisson_ceiling
 from server.core.profiles import ProfilerView
 from server.core.promotion import SUPERSEDED, floor_of, superseded
@@ -52,7 +52,6 @@ from server.core.run import TrainingRun, granted
 from server.core.steering import Steering
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
 from server.core.validation import validate_features, validate_result
-from server.strategies import Arrival, Strategy
 
 log = logging.getLogger("fleet.server")
 ANSWERED = ("applied", "queued", "dropped")  # a task's statuses once its push was accepted
