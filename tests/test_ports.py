@@ -15,13 +15,13 @@ from models.manifest import builtin
 from profiler import IProf
 from profiler.dispatch import with_maui_baseline
 from profiler.maui import MauiProfiler
-from server.api.ratelimit import RateLimiter
 from server.api.schemas import ResultMeta, TaskIn
 from server.core.coordinator import Coordinator
 from server.core.errors import StorageUnavailable
 from server.core.events import PushApplied, StateCheckpoint
 from server.core.ports import BatchDecision, Profiler, Store
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
+from server.ratelimit import RateLimiter
 from server.store.sql import SqlStore
 from server.strategies import STRATEGIES, make_strategy
 from sim.harness import BatchSizer

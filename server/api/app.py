@@ -20,7 +20,6 @@ from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.hotpull import ParamsFromMemory
 from server.api.metrics import Metrics
-from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
 from server.compose import build_coordinator, build_evaluation_loop, build_store
@@ -35,6 +34,7 @@ from server.core.errors import (
     StorageUnavailable,
     TrainingFinished,
 )
+from server.ratelimit import RateLimiter
 from server.settings import Settings, get_settings, with_overrides
 from server.store.admin import AdminStore
 
