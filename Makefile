@@ -61,8 +61,10 @@ test-all: lint $(CHROMIUM) $(XVFB)
 test-postgres: $(VENV)/.dev
 	$(PY) -m pytest -q -ra -m postgres
 
+# ruff, then import-linter: the layers and forbidden imports of pyproject.toml's [tool.importlinter].
 lint: $(VENV)/.dev
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 serve: $(VENV)/.runtime
 	$(PY) -m fleet.cli serve

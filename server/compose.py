@@ -19,7 +19,9 @@ from server.core.admission import AdmissionController
 from server.core.coordinator import Coordinator
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
+from server.core.following import FollowStorage
 from server.core.privacy import PrivacyPolicy
+from server.core.pushes import TRUSTED, Enqueue
 from server.settings import Settings
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
@@ -32,7 +34,7 @@ __all__ = [
     "build_profiler",
     "build_store",
     "build_strategy",
-    "coordinator_class",
+    "role_parts",
     "strategy_params",
     "wrap_strategy",
 ]
@@ -81,17 +83,22 @@ def build_store(settings: Settings, engine: Engine | None = None) -> SqlStore:
     return SqlStore(session_factory(engine), version_retention=settings.version_retention)
 
 
-def coordinator_class(role: str) -> type[Coordinator]:
-    """The core for a process's role (docs/scale-out.md): all of it, an API worker's, the aggregator's."""
+def role_parts(role: str, store: Any) -> dict[str, Any]:
+    """What a process's role (docs/scale-out.md) injects into its ``Coordinator``: nothing for the single
+    process (``all``: device checks, apply now, own state); an API worker checks each push, queues it for
+    the aggregator and follows the aggregator's versions from storage; the aggregator applies what the
+    workers checked (server/core/pushes.py, server/core/following.py)."""
     if role == "api":
-        from server.scale.worker import QueueingCoordinator
-
-        return QueueingCoordinator
+        return {
+            "sink": Enqueue(),
+            "versions": FollowStorage(store),
+            "recall_wait_s": 1.0,  # another worker's grant may commit a moment after its device pushed here
+        }
     if role == "aggregator":
-        from server.scale.aggregator import Aggregator
-
-        return Aggregator
-    return Coordinator
+        return {"checks": TRUSTED}
+    if role == "all":
+        return {}
+    raise ValueError(f"unknown role {role!r}: all, api or aggregator")
 
 
 def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinator:
@@ -103,8 +110,9 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         raise ValueError(
             f"FLEET_ROLE={settings.role} needs PostgreSQL (FLEET_DATABASE_URL): docs/scale-out.md"
         )
-    coordinator = coordinator_class(settings.role)(
-        store=store or build_store(settings),
+    store = store or build_store(settings)
+    coordinator = Coordinator(
+        store=store,
         profiler=build_profiler(settings),
         strategy_factory=lambda: build_strategy(settings),
         admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
@@ -112,6 +120,7 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         max_gradient_norm=settings.max_gradient_norm,
         version_retention=settings.version_retention,
         privacy=privacy_policy(settings),
+        **role_parts(settings.role, store),
     )
     coordinator.start()
     if settings.role == "api":
@@ -144,15 +153,6 @@ def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> Evalu
     )
     loop.start()
     return loop
-
-
-def follow_versions(settings: Settings, coordinator: Coordinator) -> Any:
-    """An API worker's listener for the aggregator's announcements (it polls storage without them)."""
-    from server.scale.announce import VersionListener
-
-    listener = VersionListener(settings.redis_url, coordinator.follow)  # type: ignore[attr-defined]
-    listener.start()
-    return listener
 
 
 def privacy_policy(settings: Settings) -> PrivacyPolicy | None:

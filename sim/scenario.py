@@ -37,18 +37,20 @@ class Scenario:
     eval_every: int = 0  # gradients between evaluations; 0: only before and after the run
 
 
+_WORKBENCHES: dict[str, Any] = {}
+
+
 def workbench(model: str) -> Any:
-    """The MNIST workbench for a built-in model (the experiments' CNN one is shared and cached)."""
-    from experiments import protocol
+    """The MNIST workbench for a built-in model, one per process and model (its ONNX sessions and data
+    are loaded once). sim/ never imports experiments/ or bench/: they build on it."""
+    if model not in _WORKBENCHES:
+        from models.manifest import builtin
+        from sim.controlled import Workbench
+        from sim.data import load_mnist
 
-    if model == "mnist_cnn":
-        return protocol.workbench()
-    from models.manifest import builtin
-    from sim.controlled import Workbench
-    from sim.data import load_mnist
-
-    train, test = load_mnist(seed=0)
-    return Workbench(builtin(model), train, test)
+        train, test = load_mnist(seed=0)
+        _WORKBENCHES[model] = Workbench(builtin(model), train, test)
+    return _WORKBENCHES[model]
 
 
 def catalog_speeds(count: int, flops_per_sample: float, rng: np.random.Generator) -> list[float]:

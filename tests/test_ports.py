@@ -15,13 +15,13 @@ from models.manifest import builtin
 from profiler import IProf
 from profiler.dispatch import with_maui_baseline
 from profiler.maui import MauiProfiler
-from server.api.ratelimit import RateLimiter
 from server.api.schemas import ResultMeta, TaskIn
 from server.core.coordinator import Coordinator
 from server.core.errors import StorageUnavailable
 from server.core.events import PushApplied, StateCheckpoint
 from server.core.ports import BatchDecision, Profiler, Store
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
+from server.ratelimit import RateLimiter
 from server.store.sql import SqlStore
 from server.strategies import STRATEGIES, make_strategy
 from sim.harness import BatchSizer
@@ -36,12 +36,13 @@ def result(n: int, value: float, task_id: str) -> TaskResult:
     return TaskResult(np.full(10, 1), 1.0, 100.0, None, 10, gradient, digest)
 
 
-def core_on(store: MemoryStore, *, durable: bool = True) -> Coordinator:
+def core_on(store: MemoryStore, *, durable: bool = True, **parts: object) -> Coordinator:
     coordinator = Coordinator(
         store=store,
         profiler=BatchSizer(mean=10),
         strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
         durable=durable,
+        **parts,  # type: ignore[arg-type]
     )
     coordinator.start()
     return coordinator
@@ -73,6 +74,42 @@ def test_the_core_runs_and_restarts_on_an_in_memory_store():
     assert [v for v, _ in restarted.catalog.versions(core.run.model_id)] == [0, 1, 2, 3]
     core.close()
     restarted.close()
+
+
+def test_the_roles_differ_by_the_parts_injected_not_by_subclasses():
+    """The checks a push must pass and the sink it goes to are the coordinator's constructor arguments
+    (server/core/pushes.py): what the scale-out roles are made of (server/compose.py ``role_parts``)."""
+    from server.core.errors import InvalidInput
+    from server.core.pushes import TRUSTED, Push
+
+    class NoLoss:
+        def check(self, push: Push) -> None:
+            if push.result.loss > 0.5:
+                raise InvalidInput("loss too high")
+
+    class Recorded:
+        def __init__(self, inner: object) -> None:
+            self.inner, self.seen = inner, []
+
+        def accept(self, push: Push):  # type: ignore[no-untyped-def]
+            self.seen.append(push.lease.task_id)
+            return self.inner.accept(push)  # type: ignore[attr-defined]
+
+    store = MemoryStore()
+    strict = core_on(store, checks=[NoLoss()])
+    strict.add_model(builtin("mlp"), actor="test")
+    device, _ = strict.enroll("Pixel")
+    n = strict.run.manifest.num_params
+    grant = strict.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+    with pytest.raises(InvalidInput, match="loss too high"):
+        strict.submit(device, grant.task_id, result(n, 0.01, grant.task_id))  # loss 1.0
+    strict.close()
+    trusting = core_on(store, checks=TRUSTED)  # the aggregator's: not even the norm bound is checked
+    sink = trusting.sink = Recorded(trusting.sink)
+    grant = trusting.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 3)))
+    outcome = trusting.submit(device, grant.task_id, result(n, 1e6, grant.task_id))
+    assert outcome.applied and sink.seen == [grant.task_id]
+    trusting.close()
 
 
 def test_a_failed_commit_fails_its_push_and_reloads_the_last_durable_state():

@@ -102,7 +102,7 @@ def test_a_push_is_queued_answered_the_same_on_replay_and_applied_once(tmp_path,
 
 def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_database):
     from server.compose import build_store
-    from server.scale.aggregator import AggregatorStore
+    from server.scale.aggregator import AggregatorStore, apply_queued
 
     worker, aggregator, fenced = cluster(tmp_path, postgres_database)
     store = build_store(settings_for(tmp_path, database_url=postgres_database))
@@ -114,7 +114,7 @@ def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_da
     grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
     worker.submit(device, grant.task_id, result(worker.run.manifest.num_params))
     pushes = fenced.queued(10)
-    ticket = aggregator.apply_queued(pushes)
+    ticket = apply_queued(aggregator, pushes)
     with pytest.raises(Exception) as failure:
         ticket.wait(timeout=30)
     from server.scale.aggregator import lease_lost

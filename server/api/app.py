@@ -20,10 +20,9 @@ from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.hotpull import ParamsFromMemory
 from server.api.metrics import Metrics
-from server.api.ratelimit import RateLimiter
 from server.api.routes import admin, devices, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
-from server.compose import build_coordinator, build_evaluation_loop, build_store, follow_versions
+from server.compose import build_coordinator, build_evaluation_loop, build_store
 from server.console import open_console
 from server.core.errors import (
     Conflict,
@@ -35,6 +34,7 @@ from server.core.errors import (
     StorageUnavailable,
     TrainingFinished,
 )
+from server.ratelimit import RateLimiter
 from server.settings import Settings, get_settings, with_overrides
 from server.store.admin import AdminStore
 
@@ -89,7 +89,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.enrollment_key, app.state.admin_token = settings.secrets()
         # an API worker evaluates nothing and follows the aggregator's versions (docs/scale-out.md)
         loop = build_evaluation_loop(settings, coordinator) if settings.role == "all" else None
-        listener = follow_versions(settings, coordinator) if settings.role == "api" else None
+        listener = None
+        if settings.role == "api":
+            from server.scale.worker import follow_versions  # imports redis: only an API worker needs it
+
+            listener = follow_versions(settings, coordinator)
         try:
             yield
         finally:

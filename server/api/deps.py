@@ -11,9 +11,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from server.api.metrics import Metrics
-from server.api.ratelimit import RateLimiter
 from server.core.coordinator import Coordinator
 from server.core.types import Device
+from server.ratelimit import RateLimiter
 
 # Two security schemes (same header) so the OpenAPI document says which token each route wants.
 device_bearer = HTTPBearer(

@@ -18,10 +18,10 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.api.ratelimit import RateLimiter
 from server.console import actions, auth, models, pages
 from server.console.accounts import Accounts
 from server.console.web import ConsoleState, LoginRequired, login_url
+from server.ratelimit import RateLimiter
 from server.settings import Settings
 from server.store.admin import AdminStore
 

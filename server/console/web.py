@@ -17,10 +17,10 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.templating import Jinja2Templates
 
-from server.api.ratelimit import RateLimiter
 from server.console.accounts import Accounts, ConsoleSession
 from server.console.figures import iso
 from server.core.coordinator import Coordinator
+from server.ratelimit import RateLimiter
 from server.settings import Settings
 from server.store.admin import AdminStore
 

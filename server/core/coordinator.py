@@ -8,6 +8,11 @@ a domain event (server/core/events.py) handed to the journal or, when nothing wa
 (a new model, an enrollment), to the store directly. The API, the simulator and the tests all drive
 this class; the clock is injected (wall time in server/, virtual time in sim/, where
 ``durable=False`` writes in batches and never waits).
+
+What differs between the scale-out roles (docs/scale-out.md) is injected, not subclassed: which checks
+a push must pass and where an accepted one goes (server/core/pushes.py: ``PushCheck``, ``PushSink``),
+and whether the training state is this process's own or followed from storage
+(server/core/following.py: ``Versions``). server/compose.py assembles them per FLEET_ROLE.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,38 +33,33 @@ from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
 from server.core.errors import (
     Conflict,
+    CoordinatorError,
     Forbidden,
     Gone,
     InvalidInput,
     NotFound,
     TrainingFinished,
 )
-from server.core.events import (
-    CounterBumped,
-    LeasesExpired,
-    NewVersion,
-    PushApplied,
-    StateCheckpoint,
-)
+from server.core.events import CounterBumped, Event, LeasesExpired, StateCheckpoint
 from server.core.figures import RecentFigures
+from server.core.following import OwnState, Versions
 from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
-from server.core.ports import Profiler, Store
-from server.core.privacy import PRIVACY_RETRY_AFTER, PrivacyLedger, PrivacyPolicy, Refusal, poisson_ceiling
+from server.core.ports import Profiler, Store, Strategy
+from server.core.privacy import PRIVACY_RETRY_AFTER, PrivacyLedger, PrivacyPolicy, Refusal
 from server.core.profiles import ProfilerView
 from server.core.promotion import SUPERSEDED, floor_of, superseded
+from server.core.pushes import DEVICE_CHECKS, ApplyNow, Push, PushCheck, PushSink
 from server.core.run import TrainingRun, granted
 from server.core.steering import Steering
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
-from server.core.validation import validate_features, validate_result
-from server.strategies import Arrival, Strategy
+from server.core.validation import validate_features
 
 log = logging.getLogger("fleet.server")
 ANSWERED = ("applied", "queued", "dropped")  # a task's statuses once its push was accepted
 
 
 class Coordinator(Steering):
-    validates_pushes = True  # the scale-out aggregator applies pushes an API worker already validated
     def __init__(
         self,
         *,
@@ -75,7 +75,17 @@ class Coordinator(Steering):
         version_policy: Callable[[TaskRequest, int], int] | None = None,
         durable: bool = True,
         privacy: PrivacyPolicy | None = None,
+        checks: Sequence[PushCheck] = DEVICE_CHECKS,
+        sink: PushSink | None = None,
+        versions: Versions | None = None,
+        recall_wait_s: float = 0.0,
     ) -> None:
+        """``checks``: what a push must pass besides its lease's expiry and the run's (the aggregator:
+        ``TRUSTED``). ``sink``: where an accepted push goes (None: ``ApplyNow``, over this coordinator's
+        strategy, profiler and catalog; an API worker: ``Enqueue``). ``versions``: ``OwnState`` (None)
+        or ``FollowStorage`` (an API worker). ``recall_wait_s``: how long a push for a task this process
+        does not know looks again for its lease (another API worker may commit its grant a moment after
+        the device pushed here)."""
         self.store = store
         self.profiler = profiler
         self.strategy_factory = strategy_factory
@@ -101,6 +111,13 @@ class Coordinator(Steering):
         self.leases = LeaseBook()
         self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
         self._dirty_profiles: set[str] = set()
+        self.checks = tuple(checks)
+        self.sink: PushSink = sink or ApplyNow(
+            profiler=profiler, catalog=self.catalog, recent=self.recent, touched=self._dirty_profiles
+        )
+        self.versions: Versions = versions or OwnState()
+        self.recall_wait_s = recall_wait_s
+        self._following = threading.Lock()  # one ``follow`` at a time
         # why storage cannot be used (a commit failed), until the journal has reloaded the durable state
         self.degraded: str | None = None
         self.journal = Journal(
@@ -300,16 +317,24 @@ class Coordinator(Steering):
         return self.leases.get(task_id) is not None
 
     def recall(self, task_id: str) -> None:
-        """Bring a stored lease into memory (after a restart): the storage read happens off the lock."""
-        record = self.store.lease(task_id)
-        if record is not None:
-            with self._lock:
-                if self.privacy is not None and self.run is not None and self.privacy.charged(task_id):
-                    self.privacy.bound(record, self.run.manifest.num_params)
-                self.leases.adopt(record)
+        """Bring a stored lease into memory (after a restart): the storage read happens off the lock.
+        Looks again for up to ``recall_wait_s`` (an API worker: another worker's journal may commit the
+        grant a moment after its device already pushed here)."""
+        deadline = time.monotonic() + self.recall_wait_s
+        while True:
+            record = self.store.lease(task_id)
+            if record is not None:
+                with self._lock:
+                    if self.privacy is not None and self.run is not None and self.privacy.charged(task_id):
+                        self.privacy.bound(record, self.run.manifest.num_params)
+                    self.leases.adopt(record)
+            if record is not None or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
-    def _check_push(self, lease: Lease, result: TaskResult, now: float) -> TrainingRun:
-        """The run a push may be applied to, or why not (expired, superseded, finished, invalid)."""
+    def _check_push(self, lease: Lease, result: TaskResult, now: float, queue_id: int | None) -> Push:
+        """The push, if its lease is live and the running model may take it (else Gone: expired,
+        superseded; TrainingFinished), and it passes the injected checks (``self.checks``)."""
         run = self.run
         if lease.status == "expired" or now > lease.deadline:
             raise Gone("the task's lease expired")
@@ -317,84 +342,68 @@ class Coordinator(Steering):
             raise Gone(SUPERSEDED)
         if run is None or run.model_id != lease.model_id or run.status == "finished":
             raise TrainingFinished("the task's model is no longer training")
-        if self.validates_pushes:
-            validate_result(
-                run.manifest,
-                result,
-                max_gradient_norm=lease.norm_limit(self.max_gradient_norm),
-                granted_batch_size=lease.batch_size
-                if lease.dp_bound is None
-                else poisson_ceiling(lease.batch_size),
-            )
-        return run
+        push = Push(run, lease, result, now, self.max_gradient_norm, queue_id)
+        for check in self.checks:
+            check.check(push)
+        return push
 
     def _apply(
         self, lease: Lease, result: TaskResult, *, queue_id: int | None = None
     ) -> tuple[PushOutcome, Ticket]:
-        now = self.clock()
-        run = self._check_push(lease, result, now)
-        arrival = Arrival(
-            task_id=lease.task_id,
-            device_id=lease.device_id,
-            base_version=lease.version,
-            staleness=run.version - lease.version,
-            gradient=result.gradient,
-            label_counts=result.label_counts,
-            batch_size=result.batch_size,
-            loss=result.loss,
-            received_at=now,
-        )
-        weight = run.strategy.receive(arrival)
-        new_params = run.strategy.aggregate(run.params) if run.strategy.ready(now) else None
-        version = run.version + (new_params is not None)
-        outcome = PushOutcome(
-            lease.task_id,
-            arrival.staleness,
-            weight,
-            version,
-            applied=new_params is not None,
-            tau_thres=run.strategy.describe().get("tau_thres"),
-        )
-        self.profiler.observe(
-            lease.device_model, lease.features, result.batch_size, result.compute_time_ms, result.energy
-        )
-        self._dirty_profiles.add(lease.device_model)
-        stored = None
-        if new_params is not None:
-            stored = new_params.astype("<f4", copy=False).tobytes()
-            run.params, run.version = new_params, version
-            self.catalog.remember(run.model_id, version, stored)
+        """Check a push, hand it to the sink, journal the sink's event: under the lock."""
+        push = self._check_push(lease, result, self.clock(), queue_id)
+        outcome, event = self.sink.accept(push)
         self.leases.answered(lease, result.digest, outcome.to_dict())
-        ticket = self.journal.record(
-            PushApplied(
-                task_id=lease.task_id,
-                device_id=lease.device_id,
-                device_model=lease.device_model,
-                digest=result.digest,
-                outcome=outcome.to_dict(),
-                staleness=arrival.staleness,
-                weight=weight,
-                batch_size=result.batch_size,
-                compute_time_ms=result.compute_time_ms,
-                predicted_time_ms=lease.predicted_time_ms,
-                energy=result.energy,
-                predicted_energy=lease.predicted_energy,
-                loss=result.loss,
-                at=now,
-                new_version=None if stored is None else NewVersion(run.model_id, version, stored),
-                queue_id=queue_id,
-            )
-        )
+        ticket = self.journal.record(event)
         self._durable[lease.task_id] = ticket
         while len(self._durable) > 4096:
             self._durable.pop(next(iter(self._durable)))
-        if new_params is not None and run.stop_versions is not None and version >= run.stop_versions:
+        run = push.run
+        if outcome.applied and run.stop_versions is not None and outcome.version >= run.stop_versions:
             self._set_status("finished", actor="criterion")
-        self.recent.staleness.append(arrival.staleness)
-        self.recent.weights.append(weight)
-        if lease.predicted_time_ms is not None:
-            self.recent.timings.append((lease.predicted_time_ms, result.compute_time_ms))
+        self.recent.staleness.append(outcome.staleness)
         return outcome, ticket
+
+    def take(
+        self,
+        answers: Sequence[tuple[Lease, TaskResult, int]],
+        refused: Callable[[Lease, int, CoordinatorError], Event],
+    ) -> Ticket | None:
+        """Take answers that reached this process otherwise than as a device's push (the aggregator's
+        queue: (lease, result, queue id)), in order, under one hold of the lock, through the same checks
+        and sink. One the run can no longer take (finished, superseded) is journaled as ``refused``'s
+        event instead. Returns the last one's ticket (released once the batch is durable)."""
+        ticket = None
+        with self._lock:
+            for lease, result, queue_id in answers:
+                try:
+                    _, ticket = self._apply(lease, result, queue_id=queue_id)
+                except CoordinatorError as exc:
+                    ticket = self.journal.record(refused(lease, queue_id, exc))
+        return ticket
+
+    def follow(self) -> None:
+        """Catch up with what another process wrote (``versions``: an API worker follows the aggregator):
+        the active model, its newest committed version, the strategy's and profiler's state. Storage is
+        read off the lock. A no-op for a coordinator that owns its state."""
+        with self._following:
+            head = self.versions.read(self.run)
+            if head is None:
+                return
+            with self._lock:
+                run = self.run
+                if run is None or run.model_id != head.model_id:
+                    self._activate(head.model_id)
+                    return
+                if head.params is not None and head.version > run.version:
+                    self.catalog.remember(run.model_id, head.version, head.params)
+                    run.params = np.frombuffer(head.params, dtype="<f4").astype(np.float32)
+                    run.version = head.version
+                run.status = head.status
+                if head.strategy_state is not None:
+                    run.strategy.load_state_dict(head.strategy_state)
+                for key, state in head.profiles.items():
+                    self._load_profile(key, state)
 
     def _checkpoint(self) -> tuple[StateCheckpoint, int]:
         """For the journal's writer: the state after exactly the events appended so far, and their count.
@@ -403,6 +412,8 @@ class Coordinator(Steering):
         (the journal's guarantee, see server/core/journal.py)."""
         with self._lock:
             run, now = self.run, self.clock()
+            if not self.versions.owns_state:  # another process writes it: a checkpoint would overwrite it
+                return StateCheckpoint(at=now), self.journal.appended
             profiles = {f"device:{m}": self.profiler.device_state(m) for m in self._dirty_profiles}
             self._dirty_profiles.clear()
             if run is None:

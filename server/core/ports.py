@@ -1,6 +1,10 @@
-"""The core's two ports: what it needs from a profiler and from storage, as typing.Protocols.
+"""The core's three ports: what it needs from a profiler, from storage and from an aggregation
+strategy, as typing.Protocols.
 
-The coordinator depends on these and on nothing concrete. ``Profiler`` is implemented by I-Prof
+The coordinator depends on these and on nothing concrete. ``Strategy`` is implemented by every class
+in server/strategies/ (their shared base class, server/strategies/base.py, subclasses it; the
+strategies depend on the core, never the reverse), with ``Arrival`` and ``TaskTerms`` the values it
+takes and gives. ``Profiler`` is implemented by I-Prof
 (profiler/iprof.py), MAUI (profiler/maui.py), the round-robin dispatcher that alternates them
 (profiler/dispatch.py) and the simulator's fixed-size ``BatchSizer`` (sim/harness.py). ``Store`` is
 implemented by the SQL store (server/store/sql.py) and by an in-memory fake in the tests. Writes go
@@ -11,14 +15,17 @@ records below, never ORM rows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
 
 from server.core.events import Event, PrivacyCharged
 from server.core.types import Device
 
 __all__ = [
     "AnsweredTask",
+    "Arrival",
     "BatchDecision",
     "DeviceRecord",
     "EnrollmentKey",
@@ -29,6 +36,8 @@ __all__ = [
     "Profiler",
     "PromotionRecord",
     "Store",
+    "Strategy",
+    "TaskTerms",
 ]
 
 
@@ -75,6 +84,72 @@ class Profiler(Protocol):
     def cold_state(self) -> dict[str, Any]: ...
 
     def load_cold_state(self, state: Mapping[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A validated gradient that reached the coordinator, with what a strategy may weigh it by."""
+
+    task_id: str
+    device_id: str
+    base_version: int
+    staleness: int
+    gradient: np.ndarray
+    label_counts: np.ndarray
+    batch_size: int
+    loss: float
+    received_at: float
+
+
+@dataclass(frozen=True)
+class TaskTerms:
+    """What a strategy adds to a task grant (similarity for the controller, DP parameters later)."""
+
+    similarity: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Turns arriving gradients into model updates. No I/O, no clock: the coordinator passes ``now``
+    in, persists ``state_dict()`` with each update, and calls ``terms_for`` and ``admit`` at task time,
+    then ``receive`` on each arrival, ``ready``, and ``aggregate`` when it is."""
+
+    name: ClassVar[str]
+
+    def on_register(self, device_id: str) -> None:
+        """A device enrolled."""
+        ...
+
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+        """Per-task terms handed out with a grant."""
+        ...
+
+    def admit(self, *, device_id: str, version: int, now: float) -> str | None:
+        """A reason to tell this device to wait (e.g. "round_full"), or None to grant it a task."""
+        ...
+
+    def receive(self, arrival: Arrival) -> float:
+        """Weigh and buffer one gradient; returns its weight."""
+        ...
+
+    def ready(self, now: float) -> bool:
+        """Whether the buffer should be applied now."""
+        ...
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        """The new parameters from what was buffered, as a new array; empties the buffer."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Current figures worth showing (τ_thres, counters)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able values and numpy arrays; restored by ``load_state_dict``."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)

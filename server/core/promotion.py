@@ -18,9 +18,8 @@ from server.core.catalog import Catalog
 from server.core.errors import Gone
 from server.core.events import HeadPromoted
 from server.core.leases import Lease
-from server.core.ports import ModelRecord, Store
+from server.core.ports import ModelRecord, Store, Strategy
 from server.core.run import TrainingRun
-from server.strategies import Strategy
 
 SUPERSEDED = "the model was promoted after this task was granted"
 

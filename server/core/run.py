@@ -9,7 +9,7 @@ import numpy as np
 from fleet_protocol import Manifest
 from server.core.events import PrivacyCharged, TaskGranted
 from server.core.leases import Lease
-from server.strategies import Strategy
+from server.core.ports import Strategy
 
 
 @dataclass

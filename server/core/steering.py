@@ -19,10 +19,9 @@ from server.core.errors import Conflict, NotFound, StorageUnavailable
 from server.core.events import EvaluationRecorded, StateCheckpoint, StatusChanged, StopCriterionSet
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
-from server.core.ports import Store
+from server.core.ports import Store, Strategy
 from server.core.promotion import candidate, promoted
 from server.core.run import TrainingRun, carried_over
-from server.strategies import Strategy
 
 log = logging.getLogger("fleet.server")
 

@@ -1,5 +1,8 @@
 """The aggregator: the one process that applies pushes, in queue order, with the configured strategy.
 
+Its core is a plain ``Coordinator`` (server/compose.py builds it with ``TRUSTED`` checks and the default
+``ApplyNow`` sink); what is the aggregator's own is here: the fenced store, the lease, the drain loop.
+
 It takes the aggregator lease (a fencing token) before it loads any state, and every transaction it
 writes ends by checking that token (``Fenced``): a second aggregator started by mistake waits for the
 lease, and one that lost it (paused past its lease, then resumed) rolls back and exits. Each batch of
@@ -20,13 +23,12 @@ from dataclasses import replace
 from secrets import token_hex
 from typing import Any
 
-import numpy as np
-
 from server.core.coordinator import Coordinator
 from server.core.errors import CoordinatorError, LeaseLost, StorageUnavailable
 from server.core.events import Event, Fenced, PushApplied, PushDropped
 from server.core.journal import Ticket
-from server.core.types import TaskResult
+from server.core.leases import Lease
+from server.core.pushes import queued_result
 from server.scale.announce import VersionAnnouncer
 from server.store.queue import QueuedPush
 from server.store.sql import SqlStore
@@ -88,38 +90,24 @@ def take_lease(store: SqlStore, holder: str, ttl: float, stop: threading.Event) 
     return None
 
 
-def queued_result(push: QueuedPush) -> TaskResult:
-    meta = push.meta
-    return TaskResult(
-        label_counts=np.asarray(meta["label_counts"], dtype=np.int64),
-        loss=float(meta["loss"]),
-        compute_time_ms=float(meta["compute_time_ms"]),
-        energy=meta.get("energy"),
-        batch_size=int(meta["batch_size"]),
-        gradient=np.frombuffer(push.gradient, dtype="<f4"),
-        digest=push.digest,
-    )
+def apply_queued(aggregator: Coordinator, pushes: Sequence[QueuedPush]) -> Ticket | None:
+    """Apply ``pushes`` in order through the aggregator's core (built with ``TRUSTED`` checks: an API
+    worker checked each push before queueing it); the last one's ticket (released once the batch is
+    durable). A push the run can no longer take (finished, superseded) leaves the queue as dropped."""
 
+    def dropped(lease: Lease, queue_id: int, error: CoordinatorError) -> PushDropped:
+        log.warning("dropping queued push %s: %s", lease.task_id, error)
+        return PushDropped(lease.task_id, queue_id, str(error)[:200], aggregator.clock())
 
-class Aggregator(Coordinator):
-    """``Coordinator`` fed from the queue instead of HTTP: same strategy, profiler and journal."""
-
-    validates_pushes = False  # an API worker validated each push before queueing it (same checks)
-
-    def apply_queued(self, pushes: Sequence[QueuedPush]) -> Ticket | None:
-        """Apply ``pushes`` in order; the last one's ticket (released once the batch is durable). A push
-        the run can no longer take (finished, superseded) leaves the queue as dropped."""
-        ticket = None
-        with self._lock:
-            for push in pushes:
-                lease = replace(push.lease, deadline=math.inf)  # the worker checked it when it queued
-                try:
-                    _, ticket = self._apply(lease, queued_result(push), queue_id=push.queue_id)
-                except CoordinatorError as exc:
-                    log.warning("dropping queued push %s: %s", lease.task_id, exc)
-                    event = PushDropped(lease.task_id, push.queue_id, str(exc)[:200], self.clock())
-                    ticket = self.journal.record(event)
-        return ticket
+    answers = [
+        (
+            replace(push.lease, deadline=math.inf),  # live when a worker queued it: no expiry in the queue
+            queued_result(push.meta, push.gradient, push.digest),
+            push.queue_id,
+        )
+        for push in pushes
+    ]
+    return aggregator.take(answers, dropped)
 
 
 def lease_lost(error: BaseException | None) -> bool:
@@ -131,7 +119,7 @@ def lease_lost(error: BaseException | None) -> bool:
 
 
 def drain(
-    aggregator: Aggregator,
+    aggregator: Coordinator,
     store: AggregatorStore,
     *,
     batch: int,
@@ -181,7 +169,7 @@ def drain(
             idle = min(idle * 2, idle_max_s)
             continue
         idle = 0.001
-        ticket = aggregator.apply_queued(pushes)
+        ticket = apply_queued(aggregator, pushes)
         committed = settle()
         if ticket is not None:
             pending = (ticket, len(pushes))

@@ -10,7 +10,7 @@ from sqlalchemy import event
 
 from server.compose import build_coordinator, build_evaluation_loop, build_store
 from server.core.errors import LeaseLost
-from server.scale.aggregator import Aggregator, AggregatorStore, drain, holder_name, take_lease
+from server.scale.aggregator import AggregatorStore, drain, holder_name, take_lease
 from server.scale.announce import VersionAnnouncer
 from server.settings import Settings
 from server.store.sql import SqlStore
@@ -48,7 +48,6 @@ def run_aggregator(settings: Settings, stop: threading.Event | None = None) -> i
     announcer = VersionAnnouncer(settings.redis_url)
     fenced = AggregatorStore(store, holder=holder, token=token, ttl=ttl, announcer=announcer)
     aggregator = build_coordinator(settings, store=fenced)
-    assert isinstance(aggregator, Aggregator)
     loop = build_evaluation_loop(settings, aggregator)
     log.info("aggregator %s applying the queue in batches of %d", holder, settings.aggregator_batch)
     code = 0

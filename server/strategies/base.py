@@ -1,4 +1,5 @@
-"""The one small interface every aggregation strategy implements.
+"""The base class every aggregation strategy extends; the interface itself is the core's ``Strategy``
+port (server/core/ports.py), re-exported here with ``Arrival`` and ``TaskTerms``.
 
 A strategy turns arriving gradients into model updates. It does no I/O and reads no clock: the
 coordinator passes ``now`` in, persists ``state_dict()`` with each update, and calls the hooks in
@@ -9,35 +10,18 @@ comes first; a strategy with rounds (SSGD) overrides ``admit``/``ready`` to add 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+# the port, and the values it takes and gives, are the core's (server/core/ports.py); re-exported here
+from server.core.ports import Arrival, TaskTerms
+from server.core.ports import Strategy as StrategyPort
 
-@dataclass(frozen=True)
-class Arrival:
-    """A validated gradient that reached the coordinator, with what a strategy may weigh it by."""
-
-    task_id: str
-    device_id: str
-    base_version: int
-    staleness: int
-    gradient: np.ndarray
-    label_counts: np.ndarray
-    batch_size: int
-    loss: float
-    received_at: float
-
-
-@dataclass(frozen=True)
-class TaskTerms:
-    """What a strategy adds to a task grant (similarity for the controller, DP parameters later)."""
-
-    similarity: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Arrival", "Buffered", "Strategy", "StrategyPort", "StrategySettings", "TaskTerms"]
 
 
 class StrategySettings(BaseModel):
@@ -77,8 +61,9 @@ class Buffered:
     received_at: float
 
 
-class Strategy(ABC):
-    """Weigh each gradient, buffer it, and step the model when the trigger fires."""
+class Strategy(StrategyPort):
+    """Weigh each gradient, buffer it, and step the model when the trigger fires: the shared base of
+    every strategy here, implementing the core's ``Strategy`` port (an abstract class: ``weigh``)."""
 
     name: ClassVar[str] = "strategy"
     # True: the step is the weighted mean over the buffer (FedBuff, SSGD); False: the weighted sum (FLeet)

@@ -1,4 +1,5 @@
-"""Per-device token buckets: a device over its request rate gets 429 and a Retry-After.
+"""Token buckets: a device over its request rate gets 429 and a Retry-After (the API), a login over its
+rate is refused (the console). Per key, in memory.
 
 Bounded: a bucket idle long enough to have refilled is the same as no bucket, so buckets are kept in
 least-recently-used order and dropped once full again (and, past ``max_buckets``, the oldest is dropped
