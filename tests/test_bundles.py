@@ -167,6 +167,7 @@ def tiny_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_export_module_matches_autograd_and_passes_the_check(tiny_bundle):
     torch = pytest.importorskip("torch")
     from models.export import build_from_factory, load_factory, max_error_against_autograd
@@ -182,6 +183,7 @@ def test_export_module_matches_autograd_and_passes_the_check(tiny_bundle):
     assert torch.is_grad_enabled()
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_batchnorm_in_eval_mode_exports_with_its_statistics_as_constants(tmp_path):
     pytest.importorskip("torch")
     import onnxruntime as ort

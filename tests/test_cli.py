@@ -32,6 +32,7 @@ def test_data_prepare_writes_non_iid_shards(tmp_path):
         assert test["x"].shape == (1000, 1, 28, 28) and test["x"].min() >= 0.0 and test["x"].max() <= 1.0
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_model_export_writes_a_loadable_bundle(tmp_path):
     pytest.importorskip("torch")
     result = runner.invoke(app, ["model", "export", "mlp", "--out", str(tmp_path)])

@@ -170,6 +170,7 @@ def test_bad_sampling_inputs_raise_value_error():
         DPGradientSession(bundle.manifest, bundle.dp_onnx).clipped_sum(bundle.init_params, x, y, 0.0)
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
     """`fleet bench dp --quick`: both models and thread counts, its own files and a performance.md section."""
     from bench import REPORTS, run_report

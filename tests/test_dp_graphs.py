@@ -87,6 +87,7 @@ def assert_matches_loop(bundle: Bundle, module: nn.Module, batches: tuple[int, .
         assert np.linalg.norm(got) <= n * clip * (1 + 1e-5)
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 @pytest.mark.parametrize("name", sorted(BUILTINS))
 def test_builtin_clipped_sum_equals_a_per_example_loop(name: str) -> None:
     bundle = builtin(name)
@@ -138,6 +139,7 @@ def _export(module: nn.Module, out: Path, input_shape: tuple[int, ...] = (2, 10,
     return Bundle.load(out)
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_custom_module_through_export_module(tmp_path: Path) -> None:
     torch.manual_seed(1)
     module = Custom().eval()
@@ -187,6 +189,7 @@ class SequenceAfterConv(nn.Module):
     ("module", "reason"),
     [(WithBatchNorm, "BatchNorm2d"), (MixesExamples, "per-example"), (SequenceAfterConv, "exporter failed")],
 )
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_models_it_cannot_do_get_no_dp_graph(tmp_path: Path, caplog, module, reason: str) -> None:
     with caplog.at_level(logging.WARNING, logger="fleet.models"):
         bundle = _export(module(), tmp_path)

@@ -12,6 +12,8 @@ from client import GradientSession
 from experiments import run_experiment, wire_float16
 from server.strategies import AdaSGD
 
+pytestmark = pytest.mark.slow  # an experiment's training runs: the slow tier
+
 
 def is_float16_exact(values: np.ndarray) -> bool:
     """True when every value survives a float16 round trip, i.e. it is what a float16 wire delivers."""

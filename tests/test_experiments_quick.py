@@ -8,6 +8,8 @@ import pytest
 
 from experiments import EXPERIMENTS, run_experiment
 
+pytestmark = pytest.mark.slow  # live experiments (quick plans) train for seconds each: the slow tier
+
 
 def outputs_exist(out, name: str) -> dict:
     for ext in ("png", "json", "md"):

@@ -128,6 +128,7 @@ def fresh_bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_artifacts_equal_fresh_export(name: str, fresh_bundles: Path) -> None:
     """Stale artifacts (model changed, export not rerun) fail here."""

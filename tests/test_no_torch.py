@@ -6,6 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a server and a worker in fresh interpreters: the slow tier
+
 
 def run_isolated(code: str) -> str:
     done = subprocess.run(

@@ -8,6 +8,8 @@ import pytest
 
 from experiments import EXPERIMENTS, run_experiment
 
+pytestmark = pytest.mark.slow  # live profiler experiments: the slow tier
+
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("name", ["profiler-time", "profiler-energy"])

@@ -16,6 +16,8 @@ from fleet.cli import app
 from sim.backends import BackendUnavailable, LocalBackend, make_backend
 from sim.scenario import Scenario, build, run_scenario, workbench
 
+pytestmark = pytest.mark.slow  # Ray starts a local cluster: the slow tier
+
 runner = CliRunner()
 SMALL = Scenario(
     devices=300, gradients=300, seed=3, mean_online=60.0, mean_offline=120.0, churn=0.2, eval_every=100
