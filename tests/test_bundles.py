@@ -212,6 +212,7 @@ def test_avg_pool_backward_decomposition_matches_aten():
         torch.testing.assert_close(avg_pool2d_backward(*args), aten.avg_pool2d_backward(*args))
 
 
+@pytest.mark.slow  # a torch export (the tiny_bundle fixture): the slow tier
 def test_fleet_model_check_runs_the_server_validation(tiny_bundle, tmp_path):
     from typer.testing import CliRunner
 
@@ -226,6 +227,7 @@ def test_fleet_model_check_runs_the_server_validation(tiny_bundle, tmp_path):
     assert refused.exit_code == 1 and "non-finite" in refused.output
 
 
+@pytest.mark.slow  # a torch export (the tiny_bundle fixture): the slow tier
 def test_exported_model_trains_through_the_api(tiny_bundle, make_api):
     """The device client, unchanged, trains the user's 3x12x12, 4-class model through the REST API."""
     from client import DeviceData, GradientSession, StaticFeatures, Worker, WorkerConfig
