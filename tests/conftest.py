@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.faults import DEFAULT_POSTGRES, scratch_postgres_database
+from tests.support.postgres import DEFAULT_POSTGRES, scratch_postgres_database
 
 ENROLL, ADMIN = "test-enrollment-key", "test-admin-token"
 FEATURES = {"available_memory": 1e9, "total_memory": 4e9, "temperature": None, "cpu_freq_sum": 8000.0}

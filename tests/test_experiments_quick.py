@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import EXPERIMENTS, run_experiment
+from lab.experiments import EXPERIMENTS, run_experiment
 
 
 def outputs_exist(out, name: str) -> dict:
@@ -233,7 +233,7 @@ def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
 
 
 def test_kardam_live_verdict_counts_the_gap_in_test_digits():
-    from experiments.kardam_live import verdict, within
+    from lab.experiments.kardam_live import verdict, within
 
     assert 0.881 - 0.861 > 0.02 and within(0.881 - 0.861)  # exactly 20 of 1,000 digits
     assert not within(0.882 - 0.861)
@@ -246,7 +246,7 @@ def test_kardam_live_verdict_counts_the_gap_in_test_digits():
 
 
 def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
-    from experiments.kardam_report import live_markdown
+    from lab.experiments.kardam_report import live_markdown
 
     def fleet(accuracy: float, attackers: int) -> dict:
         return {"accuracy": accuracy, "version": 100, "gradients": 600, "attacker_applied": 1,

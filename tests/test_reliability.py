@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from bench.chaos import kill_phase, outage_phase
-from bench.faults import postgres_outage, postgres_server_url, scratch_postgres_database
+from lab.bench.chaos import kill_phase, outage_phase
+from tests.support.postgres import postgres_outage, postgres_server_url, scratch_postgres_database
 from server.core.errors import StorageUnavailable
 from tests.conftest import settings_for
 
@@ -96,7 +96,7 @@ def test_server_url_default_is_local():
 
 @pytest.mark.slow
 def test_quick_soak_writes_its_figures_and_the_report(tmp_path):
-    from bench.soak import main
+    from lab.bench.soak import main
 
     result = main(quick=True, out_dir=tmp_path)
     assert result["answers_5xx"] == 0 and result["exactly_once"] and result["acknowledged"] > 50

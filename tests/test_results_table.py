@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.results_table import END, START, table, update_readme
+from lab.results_table import END, START, table, update_readme
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def test_update_rewrites_only_the_block(tmp_path):
 
 
 def test_every_seed_experiment_has_its_rows_and_a_missing_one_is_skipped(tmp_path):
-    from experiments.results_table_seeds import SEED_SECTIONS
+    from lab.results_table_seeds import SEED_SECTIONS
 
     rows = [row for section in SEED_SECTIONS for row in section(ROOT / "docs" / "results")]
     files = {row[3] for row in rows}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from server.process import ChildProcess, ServerProcess, free_port
+from fleet.process import ChildProcess, ServerProcess, free_port
 
 
 class RedisProcess(ChildProcess):
