@@ -3,8 +3,9 @@
 An entry is an ``Experiment``: a quick and a full ``Plan`` (a frozen dataclass of every parameter that
 differs between the two: the plans are data, not ``if quick`` branches), ``run(plan, ctx) -> Result``,
 and how its result renders (``markdown``, ``plot``); the results-table rows it supports (its claims)
-are read from its record by lab/results_table.py. The runner (lab/runner.py) picks the plan, builds the ``Context``, writes
-docs/results/NAME.{json,md,png} (NAME-quick.* for a quick plan) and fills ``Result.claims``.
+are read from its record by lab/results_table.py. The runner (lab/runner.py) picks the plan, builds
+the ``Context``, writes docs/results/NAME.{json,md,png} (NAME-quick.* for a quick plan) and fills
+``Result.claims``.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ class Experiment(Generic[P]):
     dumps: Callable[[dict[str, Any]], str] = lambda record: json.dumps(record, indent=1)  # the JSON file
     kind: str = "experiment"
     title: str = ""
+    record_name: str = ""  # the record's file stem when it is not ``name`` (e.g. peer → peer-flower)
+    writes_files: bool = False  # a benchmark that still writes its own files (lab/bench/__init__.py)
+
+    @property
+    def stem(self) -> str:
+        return self.record_name or self.name
 
     def plan(self, quick: bool) -> P:
         return self.quick if quick else self.full

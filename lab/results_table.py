@@ -1,6 +1,6 @@
 """README's "Results at a glance", generated from the results' JSON: every claim, flattering or not.
 
-`fleet experiment report` rewrites the block between the two markers in README.md; a test checks that
+`python -m lab report` rewrites the block between the two markers in README.md; a test checks that
 the committed README matches what the committed results say. Each row reads one summary and states
 the comparison as measured (censored runs marked as in the tables), the thesis figure or target, and
 the file with the ranges, settings and command.
@@ -28,10 +28,7 @@ def _cell(table: dict[str, Any], variant: str, field: str, digits: int = 0) -> s
     return fmt(row[field], digits) if row and field in row else "—"
 
 
-def staleness_rows(results: Path, name: str = "staleness", label: str = "non-IID") -> Iterator[Row]:
-    data = _load(results, name)
-    if data is None:
-        return
+def staleness_rows(data: dict[str, Any], name: str = "staleness", label: str = "non-IID") -> Iterator[Row]:
     s = data["summary"]
     dists = [d for d in ("D1", "D2") if f"{d}/a" in s["tables"]]
     thesis = " / ".join(str(s["thesis_saving_pct"][d]) for d in dists)
@@ -74,11 +71,8 @@ def staleness_rows(results: Path, name: str = "staleness", label: str = "non-IID
         )
 
 
-def dp_rows(results: Path) -> Iterator[Row]:
+def dp_rows(data: dict[str, Any]) -> Iterator[Row]:
     """Thesis Fig. 3.11 (issue 15): AdaSGD vs DynSGD under DP-SGD at each ε, each at its tuned rate."""
-    data = _load(results, "dp-staleness")
-    if data is None:
-        return
     s = data["summary"]
     eps = [e for e in s["epsilons"] if f"{e}/b" in s["tables"]]
     names = " / ".join("∞" if e == "inf" else e for e in eps)
@@ -101,10 +95,7 @@ def dp_rows(results: Path) -> Iterator[Row]:
     )
 
 
-def long_tail_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "long-tail")
-    if data is None:
-        return
+def long_tail_rows(data: dict[str, Any]) -> Iterator[Row]:
     protocols = data["summary"]["protocols"]
     yield (
         "long tail: AdaSGD / DynSGD updates until class-0 recall ≥ 50%, (b) tuned rates / (a) shared rate",
@@ -114,10 +105,7 @@ def long_tail_rows(results: Path) -> Iterator[Row]:
     )
 
 
-def async_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "async-vs-sync")
-    if data is None:
-        return
+def async_rows(data: dict[str, Any]) -> Iterator[Row]:
     s = data["summary"]
     for arm in ("ssgd-wait-all", "ssgd-production", "fedbuff", "default"):
         if arm not in s["tables"]["b"]["time_over_adasgd"]:
@@ -132,11 +120,8 @@ def async_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def default_rows(results: Path) -> Iterator[Row]:
+def default_rows(data: dict[str, Any]) -> Iterator[Row]:
     """The shipped default, untuned, against the best tuned candidate, per simulated workload."""
-    data = _load(results, "default-search")
-    if data is None:
-        return
     s = data["summary"]
     default = next(name for name in s["table"] if "(default" in name)
     for workload in (w for w in s["table"][default] if w != "lr"):
@@ -161,12 +146,9 @@ def default_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def peer_rows(results: Path) -> Iterator[Row]:
-    """`fleet bench peer`: wall time to 90% on one machine, Fleet's default against Flower and against
-    Fleet's tuned arms, and the default at a quarter and four times its rate."""
-    data = _load(results, "peer-flower")
-    if data is None:
-        return
+def peer_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """`python -m lab run peer`: wall time to 90% on one machine, Fleet's default against Flower and
+    against Fleet's tuned arms, and the default at a quarter and four times its rate."""
     arms = data["summary"]["arms"]
     default = arms.get("fleet")
     if default is None:
@@ -203,10 +185,7 @@ def peer_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def pruning_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "pruning")
-    if data is None:
-        return
+def pruning_rows(data: dict[str, Any]) -> Iterator[Row]:
     rows = {(r["kind"], r["p"]): r for r in data["summary"]["rows"]}
     for key, claim, thesis in (
         (("size", 0.392), "dropping the 39% smallest batches: accuracy points lost", "< 2.2"),
@@ -237,8 +216,7 @@ def _live_rows(summary: dict[str, Any], figure: str, target: str, file: str) -> 
             )
 
 
-def profiler_rows(results: Path) -> Iterator[Row]:
-    time_ = _load(results, "profiler-time")
+def profiler_time_rows(time_: dict[str, Any]) -> Iterator[Row]:
     if time_ is not None:
         s = time_["summary"]
         yield (
@@ -261,7 +239,9 @@ def profiler_rows(results: Path) -> Iterator[Row]:
                 "a few",
                 _link("profiler-time.md"),
             )
-    energy = _load(results, "profiler-energy")
+
+
+def profiler_energy_rows(energy: dict[str, Any]) -> Iterator[Row]:
     if energy is not None:
         s = energy["summary"]
         yield (
@@ -282,10 +262,7 @@ def profiler_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def performance_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "performance")
-    if data is None:
-        return
+def performance_rows(data: dict[str, Any]) -> Iterator[Row]:
     benchmarks = data["benchmarks"]
     throughput = benchmarks.get("throughput", {}).get("table", [])
     at200 = {r["model"]: r for r in throughput if r["devices"] == 200}
@@ -309,10 +286,7 @@ def performance_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def wire_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "wire-float16")
-    if data is None:
-        return
+def wire_rows(data: dict[str, Any]) -> Iterator[Row]:
     s = data["summary"]
     yield (
         "float16 on the wire: accuracy points lost (mean ± sd over seeds)",
@@ -322,30 +296,38 @@ def wire_rows(results: Path) -> Iterator[Row]:
     )
 
 
-SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
-    staleness_rows,
-    lambda r: staleness_rows(r, "iid", "IID"),
-    dp_rows,
-    long_tail_rows,
-    async_rows,
-    default_rows,
-    peer_rows,
-    pruning_rows,
-    profiler_rows,
-    performance_rows,
-    wire_rows,
+# record (docs/results/NAME.json) → the rows it supports, in the table's order: an entry's claims
+SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
+    ("staleness", staleness_rows),
+    ("iid", lambda data: staleness_rows(data, "iid", "IID")),
+    ("dp-staleness", dp_rows),
+    ("long-tail", long_tail_rows),
+    ("async-vs-sync", async_rows),
+    ("default-search", default_rows),
+    ("peer-flower", peer_rows),
+    ("pruning", pruning_rows),
+    ("profiler-time", profiler_time_rows),
+    ("profiler-energy", profiler_energy_rows),
+    ("performance", performance_rows),
+    ("wire-float16", wire_rows),
     *SCALE_SECTIONS,
     *SEED_SECTIONS,
 )
 
 
+def claims(record_name: str, record: dict[str, Any]) -> list[Row]:
+    """The results-table rows one record supports (none for a record the table does not cite)."""
+    return [row for name, rows in SECTIONS if name == record_name for row in rows(record)]
+
+
 def table(results: Path) -> str:
     """The markdown table of every row the results in ``results`` support."""
     lines = ["| claim | measured | thesis / target | file |", "|---|---|---|---|"]
-    for section in SECTIONS:
-        lines += [
-            "| " + " | ".join(cell.replace("|", r"\|") for cell in row) + " |" for row in section(results)
-        ]
+    for name, section in SECTIONS:
+        data = _load(results, name)
+        if data is None:
+            continue
+        lines += ["| " + " | ".join(cell.replace("|", r"\|") for cell in row) + " |" for row in section(data)]
     return "\n".join(lines)
 
 

@@ -4,18 +4,14 @@ and large simulations on Ray. Read from docs/results/scale-out.json and ray-sim.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import Any
 
-from lab.render import read_results as _load
 from lab.render import results_link as _link
 
 Row = tuple[str, str, str, str]
 
 
-def scale_out_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "scale-out")
-    if data is None:
-        return
+def scale_out_rows(data: dict[str, Any]) -> Iterator[Row]:
     cnn = [r for r in data["throughput"] if r["model"] == "mnist_cnn" and r["devices"] == 200]
     if cnn:
         yield (
@@ -36,10 +32,7 @@ def scale_out_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def ray_rows(results: Path) -> Iterator[Row]:
-    data = _load(results, "ray-sim")
-    if data is None:
-        return
+def ray_rows(data: dict[str, Any]) -> Iterator[Row]:
     large = data["large"]
     yield (
         f"simulation of 100,000 devices on 2 Ray workers ({large['gradients']:,} CNN gradients): overhead "
@@ -50,4 +43,7 @@ def ray_rows(results: Path) -> Iterator[Row]:
     )
 
 
-SCALE_SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (scale_out_rows, ray_rows)
+SCALE_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
+    ("scale-out", scale_out_rows),
+    ("ray-sim", ray_rows),
+)

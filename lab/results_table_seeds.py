@@ -4,18 +4,14 @@ experiment, each claim beside our number, met or not."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-from lab.render import number, read_results, results_link
+from lab.render import number, results_link
 
 Row = tuple[str, str, str, str]
 
 
-def mapa_rows(results: Path) -> Iterator[Row]:
-    data = read_results(results, "mapa")
-    if data is None:
-        return
+def mapa_rows(data: dict[str, Any]) -> Iterator[Row]:
     exact, paper = data["summary"]["exact"], data["summary"]["paper"]
     yield (
         "MAPA (untuned ΔS₀, worst) vs AUDP at its best clip, K = 100, ε = 0.1: test accuracy, "
@@ -27,10 +23,7 @@ def mapa_rows(results: Path) -> Iterator[Row]:
     )
 
 
-def vandijk_rows(results: Path) -> Iterator[Row]:
-    data = read_results(results, "vandijk")
-    if data is None:
-        return
+def vandijk_rows(data: dict[str, Any]) -> Iterator[Row]:
     fig1b = data["summary"]["fig1b"]
     ratio = {k: fig1b[k]["rounds_ratio"] for k in ("equal_sigma", "equal_epsilon")}
     cells = " / ".join("never" if r is None else f"{r:.2f}" for r in ratio.values())
@@ -43,10 +36,7 @@ def vandijk_rows(results: Path) -> Iterator[Row]:
     )
 
 
-def adp2sgd_rows(results: Path) -> Iterator[Row]:
-    data = read_results(results, "adp2sgd")
-    if data is None:
-        return
+def adp2sgd_rows(data: dict[str, Any]) -> Iterator[Row]:
     s = data["summary"]
     levels = ("none", "small", "medium", "large")
     for model, rows in s["table1"].items():
@@ -74,10 +64,7 @@ def _pct(stats: dict[str, Any]) -> str:
     return f"{stats['median']:.1%} ({stats['min']:.1%}–{stats['max']:.1%})"
 
 
-def kardam_rows(results: Path) -> Iterator[Row]:
-    data = read_results(results, "kardam")
-    if data is None:
-        return
+def kardam_rows(data: dict[str, Any]) -> Iterator[Row]:
     s = data["summary"]
     t = s["tables"]
     yield (
@@ -104,10 +91,7 @@ def kardam_rows(results: Path) -> Iterator[Row]:
         )
 
 
-def wkafl_rows(results: Path) -> Iterator[Row]:
-    data = read_results(results, "wkafl")
-    if data is None:
-        return
+def wkafl_rows(data: dict[str, Any]) -> Iterator[Row]:
     s = data["summary"]
     row = s["table2"]["300"]
     methods = ("wkafl", "twafl", "sasgd")
@@ -129,10 +113,10 @@ def wkafl_rows(results: Path) -> Iterator[Row]:
     )
 
 
-SEED_SECTIONS: tuple[Callable[[Path], Iterator[Row]], ...] = (
-    mapa_rows,
-    vandijk_rows,
-    adp2sgd_rows,
-    kardam_rows,
-    wkafl_rows,
+SEED_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
+    ("mapa", mapa_rows),
+    ("vandijk", vandijk_rows),
+    ("adp2sgd", adp2sgd_rows),
+    ("kardam", kardam_rows),
+    ("wkafl", wkafl_rows),
 )

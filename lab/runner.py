@@ -40,7 +40,7 @@ EXPERIMENTS: dict[str, str] = {
     "wkafl": "lab.experiments.wkafl",
 }
 BENCHMARKS: dict[str, str] = {
-    "performance": "lab.bench.performance",  # gradient, throughput, memory, wire, profiler, simulator
+    "performance": "lab.bench",  # gradient, throughput, memory, wire, profiler, simulator
     "fuzz": "lab.bench.fuzz",
     "soak": "lab.bench.soak",
     "chaos": "lab.bench.chaos",
@@ -94,13 +94,16 @@ def write(entry_: Experiment[Any], plan: Any, result: Result, out_dir: Path, nam
 
     out_dir.mkdir(parents=True, exist_ok=True)
     record = result.record()
+    if entry_.writes_files:
+        result.claims = [Claim(*row) for row in claims(entry_.stem, record)]
+        return record
     (out_dir / f"{name}.json").write_text(entry_.dumps(record))
     (out_dir / f"{name}.md").write_text(entry_.markdown(result, plan).rstrip() + "\n")
     if entry_.plot is not None and (fig := entry_.plot(result)) is not None:
         from lab.render import save_figure
 
         save_figure(fig, out_dir, name)
-    result.claims = [Claim(*row) for row in claims(entry_.name, record)]
+    result.claims = [Claim(*row) for row in claims(entry_.stem, record)]
     return record
 
 
@@ -121,7 +124,7 @@ def run(
     if fresh:
         cache.start_fresh()
     plan = experiment.plan(quick)
-    out = output_name(name, quick)
+    out = output_name(experiment.stem, quick)
     bar = Bar(progress)
     ctx = Context(
         name=out,

@@ -1,7 +1,8 @@
-"""System benchmarks: each prints its figures and ratios measured side by side in one run.
+"""System benchmarks: figures and ratios measured side by side in one run (`python -m lab run NAME`).
 
-Each module exposes ``run(*, quick: bool) -> dict`` returning ``{"name", "figures": {...}, "table": [rows]}``;
-`fleet bench NAME` / `fleet bench all` run them and write docs/results/performance.md and .json.
+``performance``: the modules of ``BENCHMARKS`` (each ``run(*, quick) -> {"name", "figures", "table"}``),
+written to docs/results/performance.{json,md}. The others (lab/runner.py's BENCHMARKS) have a report of
+their own, written by their ``main`` (``report`` below adapts them to the lab's contract).
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import json
 import os
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.contract import Context, Experiment, Plan, Result
+
+# the performance table's benchmarks (`python -m lab run performance`): each module's ``run(quick=...)``
+# returns {"name", "figures", "table"}; they share docs/results/performance.{json,md}
 BENCHMARKS: dict[str, str] = {
     "gradient": "lab.bench.gradient",
     "throughput": "lab.bench.throughput",
@@ -22,19 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "profiler": "lab.bench.profiler",
     "simulator": "lab.bench.simulator",
 }
-# Benchmarks with a report of their own (docs/results/NAME.md/.json): each module has
-# ``main(*, quick: bool, out_dir: Path) -> dict`` and writes its files itself.
-REPORTS: dict[str, str] = {
-    "fuzz": "lab.bench.fuzz",
-    "soak": "lab.bench.soak",
-    "chaos": "lab.bench.chaos",
-    "peer": "lab.bench.peer",
-    "console": "lab.bench.console_pages",
-    "dp": "lab.bench.dp_overhead",
-    "scale-out": "lab.bench.scale_out",  # also `fleet bench throughput --topology workers`
-    "ray": "lab.bench.ray_sim",  # large simulations on the Ray backend: docs/results/ray-sim.md
-}
-RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def machine() -> dict[str, Any]:
@@ -61,38 +55,69 @@ def machine() -> dict[str, Any]:
     }
 
 
-def run_report(name: str, *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
-    """Run one benchmark of ``REPORTS``: it writes its own results files under ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = importlib.import_module(REPORTS[name]).main(quick=quick, out_dir=out_dir)
-    return result
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan(Plan):
+    """A benchmark's plan: the modules' own short/long settings are chosen by ``quick``."""
+
+    benchmarks: tuple[str, ...] = tuple(BENCHMARKS)
 
 
-def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
-    """Run the named benchmarks, merge them into performance.json and rewrite performance.md."""
-    unknown = [n for n in names if n not in BENCHMARKS]
+def run_performance(plan: BenchPlan, ctx: Context) -> Result:
+    """Run the performance benchmarks and merge them into the record's earlier sections (dp's too)."""
+    unknown = [n for n in plan.benchmarks if n not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / ("performance-quick.json" if quick else "performance.json")
+    path = ctx.results / f"{ctx.name}.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    results.setdefault("benchmarks", {})
-    for name in names:
-        module = importlib.import_module(BENCHMARKS[name])
-        result = module.run(quick=quick)
+    merged = dict(results.get("benchmarks", {}))
+    for name in ctx.track(plan.benchmarks, "benchmarks"):
+        result = importlib.import_module(BENCHMARKS[name]).run(quick=plan.quick)
         result["machine"] = machine()
-        results["benchmarks"][name] = result
-    path.write_text(json.dumps(results, indent=1))
-    path.with_suffix(".md").write_text(render_markdown(results))
-    return results
+        merged[name] = result
+    return Result({"benchmarks": list(plan.benchmarks)}, records={"benchmarks": merged})
+
+
+def records_only(record: dict[str, Any]) -> str:
+    """A benchmark's JSON as it always was: its records, without the lab's summary."""
+    return json.dumps({k: v for k, v in record.items() if k != "summary"}, indent=1)
+
+
+def report(name: str, module: str, stem: str) -> Experiment[BenchPlan]:
+    """A benchmark with a report of its own: its ``main(quick=, out_dir=)`` still writes its files
+    (docs/results/STEM.{json,md}); the runner shows its summary and reads its claims."""
+
+    def run(plan: BenchPlan, ctx: Context) -> Result:
+        ctx.results.mkdir(parents=True, exist_ok=True)
+        out = importlib.import_module(module).main(quick=plan.quick, out_dir=ctx.results)
+        summary = out.get("summary", {}) if isinstance(out, dict) else {}
+        written = ctx.results / f"{stem}{'-quick' if plan.quick else ''}.json"
+        record = json.loads(written.read_text()) if written.exists() else {}
+        record.pop("summary", None)
+        return Result(summary if isinstance(summary, dict) else {"text": summary}, records=record)
+
+    return Experiment(
+        name, BenchPlan(quick=True), BenchPlan(), run, lambda r, p: "", kind="benchmark", record_name=stem,
+        writes_files=True,
+    )  # fmt: skip
+
+
+EXPERIMENT = Experiment(
+    "performance",
+    BenchPlan(quick=True),
+    BenchPlan(),
+    run_performance,
+    lambda result, plan: render_markdown(result.records),
+    dumps=records_only,
+    kind="benchmark",
+)
 
 
 def render_markdown(results: dict[str, Any]) -> str:
     lines = [
         "# Performance",
         "",
-        "Written by `fleet bench all` (see bench/). Ratios are measured side by side in one",
-        "run; absolute numbers depend on the machine and its load, given with each table.",
+        "Written by `python -m lab run performance` (see lab/bench/). Ratios are measured side by side in",
+        "one run; absolute numbers depend on the machine and its load, given with each table.",
         "",
     ]
     for name, result in results["benchmarks"].items():
@@ -123,7 +148,7 @@ def scale_out_summary(results_dir: Path = RESULTS) -> list[str]:
         cnn = [r for r in data["throughput"] if r["model"] == "mnist_cnn" and r["devices"] == 200]
         rate = next(r for r in data["aggregator"] if r["model"] == "mnist_cnn")
         lines += [
-            f"`fleet bench throughput --topology workers` ({data['machine']['date']}, "
+            f"`python -m lab run scale-out` ({data['machine']['date']}, "
             "[scale-out.md](scale-out.md)): CNN pushes/s at 200 devices, "
             + "; ".join(
                 f"{r['topology']} {r['pushes/s']} (server CPU {r['server CPU µs/push']} µs/push)" for r in cnn
@@ -134,7 +159,8 @@ def scale_out_summary(results_dir: Path = RESULTS) -> list[str]:
     if ray.exists():
         large = json.loads(ray.read_text())["large"]
         lines += [
-            f"`fleet bench ray` ([ray-sim.md](ray-sim.md)): `{large['command']}`: {large['seconds_run']} s, "
+            f"`python -m lab run ray` ([ray-sim.md](ray-sim.md)): `{large['command']}`: "
+            f"{large['seconds_run']} s, "
             f"overhead beyond gradient computation {large['overhead']:.1%} (target ≤ 20%).",
             "",
         ]

@@ -24,7 +24,8 @@ from typing import Any
 
 import httpx
 
-from lab.bench import machine
+from fleet.process import ENROLL, ServerProcess
+from lab.bench import machine, report
 from lab.bench.faults import (
     postgres_outage,
     postgres_server_url,
@@ -32,7 +33,6 @@ from lab.bench.faults import (
     scratch_postgres_database,
 )
 from lab.bench.ledger import audit
-from fleet.process import ENROLL, ServerProcess
 
 # the limits users run (ServerProcess loosens them for functional tests)
 USER_LIMITS = {"rate_limit_per_second": 10, "rate_limit_burst": 30}
@@ -211,3 +211,6 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
     save(out_dir, "chaos", result, quick=quick)
     render(out_dir, quick=quick)
     return result
+
+
+EXPERIMENT = report("chaos", __name__, "reliability-chaos")

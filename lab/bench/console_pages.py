@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from rich.progress import Progress
 
+from lab import bench as lab_bench
 from lab.bench import machine
 
 TARGET_MS = 50.0
@@ -160,3 +161,6 @@ def report(r: dict[str, Any]) -> str:
               "| path | p50 ms | p95 ms | max ms |", "|---|---|---|---|"]  # fmt: skip
     lines += [f"| `{p}` | {f['p50_ms']} | {f['p95_ms']} | {f['max_ms']} |" for p, f in r["data"].items()]
     return "\n".join(lines) + "\n"
+
+
+EXPERIMENT = lab_bench.report("console", __name__, "console-pages")

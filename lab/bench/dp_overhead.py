@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.bench import report
 from lab.bench.gradient import median_ms
 
 TARGET = 2.5  # clipped sum / plain gradient, batch 100 (issue 15)
@@ -101,3 +102,6 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
         f"({worst['model']}, {worst['threads']} thread(s)); target ≤ {TARGET}x"
     )
     return result
+
+
+EXPERIMENT = report("dp", __name__, "dp-overhead")

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from fleet.process import ADMIN, ENROLL, ServerProcess
+from lab.bench import report
 
 CHECKS = (
     "not_a_server_error",
@@ -352,3 +353,6 @@ def status_table(run: dict[str, Any]) -> list[str]:
         cells = " | ".join(str(counts.get(c, "")) for c in codes)
         lines.append(f"| `{op}` | {run['cases_per_operation'][op]} | {cells} |")
     return lines
+
+
+EXPERIMENT = report("fuzz", __name__, "fuzz")

@@ -29,7 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lab.bench import RESULTS, machine
+from lab.bench import RESULTS, machine, report
 from lab.bench.peer_fleet import FleetArm, run_fleet_arm
 from lab.bench.peer_flower_run import (
     FlowerArm,
@@ -277,6 +277,9 @@ def cli() -> None:  # pragma: no cover - `python -m bench.peer`
         parse_arm(spec)  # fail before anything runs
     summary = run(plan, quick=args.quick, out_dir=args.out)["summary"]
     Console().print(summary)
+
+
+EXPERIMENT = report("peer", __name__, "peer-flower")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from lab.bench.peer_workload import BATCH, MODEL, Workload
 from fleet.process import ADMIN, ENROLL, ServerProcess
+from lab.bench.peer_workload import BATCH, MODEL, Workload
 from server.strategies import default_strategy
 
 

@@ -31,8 +31,8 @@ from typing import Any, Literal
 
 import psutil
 
-from lab.bench.peer_workload import BATCH, Workload
 from fleet.process import free_port
+from lab.bench.peer_workload import BATCH, Workload
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "lab" / "bench" / "peer_flower"

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lab.bench import report
 from sim.scenario import Scenario
 
 TARGET = 0.20
@@ -213,3 +214,6 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
         f"(load {os.getloadavg()[0]:.2f})"
     )
     return result
+
+
+EXPERIMENT = report("ray", __name__, "ray-sim")

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import psutil
 
+from fleet.process import ENROLL, ServerProcess
+from lab import bench as lab_bench
 from lab.bench import machine
 from lab.bench.faults import scratch_postgres_database
-from fleet.process import ENROLL, ServerProcess
 from server.scale.processes import Topology, queue_length
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -274,3 +275,6 @@ journal's writer thread included; PostgreSQL's own CPU not).
 
 {table(result["aggregator"])}
 """
+
+
+EXPERIMENT = lab_bench.report("scale-out", __name__, "scale-out")

@@ -15,11 +15,11 @@ from typing import Any
 
 from rich.progress import Progress
 
-from lab.bench import machine
+from fleet.process import ServerProcess
+from lab.bench import machine, report
 from lab.bench.chaos import USER_LIMITS, Load
 from lab.bench.faults import rss_mib
 from lab.bench.ledger import audit
-from fleet.process import ServerProcess
 
 # RSS "start" is read once the bounded caches have filled: the answered-lease window (10,000 leases,
 # ~2 min at ~90 pushes/s), recent parameter versions, rate-limit buckets
@@ -106,3 +106,6 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
     save(out_dir, "soak", result, quick=quick)
     render(out_dir, quick=quick)
     return result
+
+
+EXPERIMENT = report("soak", __name__, "reliability-soak")

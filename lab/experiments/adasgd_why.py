@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.experiments.default_search import WORKLOADS, Run, simulator
 from lab.contract import Context, Experiment, Plan, Result
+from lab.experiments.default_search import WORKLOADS, Run, simulator
 from lab.render import figure
 from server.strategies.base import Arrival
 from server.strategies.wrappers import StrategyWrapper

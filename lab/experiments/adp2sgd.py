@@ -18,12 +18,13 @@ beside the same mechanism's ε from dp-accounting where its conditions hold.
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lab.render import figure, save_figure, write_json, write_markdown
+from lab.contract import Context, Experiment, Plan, Result
+from lab.render import figure
 
 LEARNERS = 16
 BATCH = 16
@@ -137,32 +138,46 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     return {**run_one(_SETUPS[key], job["method"], **kw), "part": job["part"], "level": job["level"]}
 
 
-def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
-    todo = jobs(quick, seed)
-    if quick:
-        runs = [_work(j) for j in todo]
-    else:
-        import multiprocessing
+@dataclass(frozen=True, kw_only=True)
+class Adp2sgdPlan(Plan):
+    workers: int = 2  # a fork pool of 2 (2 cores here); 1: in this process
+    epochs: int = EPOCHS
 
-        runs = []
-        with multiprocessing.get_context("fork").Pool(2) as pool:  # 2 cores here
-            for r in pool.imap(_work, todo):
-                runs.append(r)
-                what = f"{r['model']} seed {r['seed']} {r['part']} {r['level']} {r['method']}"
-                print(
-                    f"[{len(runs)}/{len(todo)}] {what}: {r['final_accuracy']:.3f} ({r['seconds']:.0f} s)",
-                    flush=True,
-                )
-    name = "adp2sgd-quick" if quick else "adp2sgd"
-    summary = summarise(runs, quick)
+
+FULL = Adp2sgdPlan()
+QUICK = Adp2sgdPlan(quick=True, workers=1, epochs=2)
+
+
+def run(plan: Adp2sgdPlan, ctx: Context) -> Result:
+    todo = jobs(plan.quick, ctx.seed)
+    with ctx.steps("runs", len(todo)) as steps:
+        if plan.workers <= 1:
+            runs = []
+            for j in todo:
+                runs.append(_work(j))
+                steps.advance()
+        else:
+            import multiprocessing
+
+            runs = []
+            with multiprocessing.get_context("fork").Pool(plan.workers) as pool:
+                for r in pool.imap(_work, todo):
+                    runs.append(r)
+                    steps.advance()
+    summary = summarise(runs, plan.quick)
     params = {"learners": LEARNERS, "batch": BATCH, "clip": CLIP, "noise": NOISE, "lr": LR,
-              "epochs": 2 if quick else EPOCHS, "target": summary["target"]}  # fmt: skip
-    payload = {"summary": summary, "seed_table1": SEED_TABLE1, "seed_claims": SEED_CLAIMS, "runs": runs,
-               "params": params, "quick": quick}  # fmt: skip
-    data = write_json(out_dir, name, payload)
-    plot(runs, out_dir, name, summary["target"]["logreg"])
-    write_markdown(out_dir, name, markdown(summary, quick))
-    return data
+              "epochs": plan.epochs, "target": summary["target"]}  # fmt: skip
+    records = {"seed_table1": SEED_TABLE1, "seed_claims": SEED_CLAIMS, "runs": runs,
+               "params": params, "quick": plan.quick}  # fmt: skip
+    return Result(summary, records=records)
+
+
+def _markdown(result: Result, plan: Adp2sgdPlan) -> str:
+    return markdown(result.summary, plan.quick)
+
+
+def _plot(result: Result) -> Any:
+    return plot(result.records["runs"], result.summary["target"]["logreg"])
 
 
 def _mean(values: list[float]) -> float:
@@ -378,7 +393,7 @@ def markdown(summary: dict[str, Any], quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[dict[str, Any]], out_dir: Path, name: str, target: float) -> None:
+def plot(runs: list[dict[str, Any]], target: float) -> Any:
     fig, axes = figure(ncols=3, width=5.0)
     colours = {"sync": "tab:blue", "adp2sgd": "tab:orange"}
     for model, style in (("logreg", "-"), ("mlp", "--")):
@@ -398,4 +413,7 @@ def plot(runs: list[dict[str, Any]], out_dir: Path, name: str, target: float) ->
                xlabel="virtual seconds", ylabel="test accuracy")  # fmt: skip
     for ax in axes:
         ax.legend(fontsize=7)
-    save_figure(fig, out_dir, name)
+    return fig
+
+
+EXPERIMENT = Experiment("adp2sgd", QUICK, FULL, run, _markdown, _plot, title="A(DP)²SGD")

@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from lab import cache
-from lab.experiments import stats
-from lab.experiments import protocol as p
 from lab.contract import Context, Experiment, Plan, Result
-from lab.render import figure, fmt
+from lab.experiments import protocol as p
+from lab.experiments import stats
 from lab.experiments.shared_lr import shared_lr
+from lab.render import figure, fmt
 from server.strategies import default_strategy
 
 ROUND = 10

@@ -295,6 +295,6 @@ def summarize(outputs: list[dict[str, Any]], w: Workload) -> dict[str, Any]:
 
 
 FULL = SearchPlan()
-QUICK_PLAN = SearchPlan(quick=True, names=QUICK, workloads=("quick-20",), seeds=REPORT_SEEDS[:1], grid="middle",
-                        rate_factors=(1.0,), workers=1)  # fmt: skip
+QUICK_PLAN = SearchPlan(quick=True, names=QUICK, workloads=("quick-20",), seeds=REPORT_SEEDS[:1],
+                        grid="middle", rate_factors=(1.0,), workers=1)  # fmt: skip
 EXPERIMENT = Experiment("default-search", QUICK_PLAN, FULL, run, _markdown, _plot, title="issue 19")

@@ -6,7 +6,6 @@ how results are drawn does not invalidate the runs.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from lab.experiments.default_search import RATE_FACTORS, WORKLOADS

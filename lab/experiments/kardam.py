@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.render import write_json
+from lab.contract import Context, Experiment, Plan, Result
 
 NAME = "kardam"
 WORKERS, F = 10, 3
@@ -200,12 +199,24 @@ def summarise_arm(
     }
 
 
-def plan(quick: bool) -> dict[str, Any]:
-    if quick:
-        return {"seeds": (1,), "grid": (), "lr": {"exp": 0.2, "inverse": 0.4}, "gradients": 240,
-                "dp_noise": (1.0,), "eval_every": 20, "live": False}  # fmt: skip
-    return {"seeds": SEEDS, "grid": LR_GRID, "lr": {}, "gradients": 2000, "dp_noise": DP_NOISE,
-            "eval_every": 25, "live": True}  # fmt: skip
+@dataclass(frozen=True, kw_only=True)
+class KardamPlan(Plan):
+    seeds: tuple[int, ...] = SEEDS
+    grid: tuple[float, ...] = LR_GRID  # empty: the rates in ``lr``, untuned
+    lr: tuple[tuple[str, float], ...] = ()
+    gradients: int = 2000
+    dp_noise: tuple[float, ...] = DP_NOISE
+    eval_every: int = 25
+    live: bool = True  # then the real-API measurement (kardam_live)
+
+    def cfg(self) -> dict[str, Any]:
+        keys = ("seeds", "grid", "lr", "gradients", "dp_noise", "eval_every", "live")
+        return {k: getattr(self, k) for k in keys}
+
+
+FULL = KardamPlan()
+QUICK = KardamPlan(quick=True, seeds=(1,), grid=(), lr=(("exp", 0.2), ("inverse", 0.4)), gradients=240,
+                   dp_noise=(1.0,), eval_every=20, live=False)  # fmt: skip
 
 
 def tune(bench: Bench, cfg: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
@@ -272,24 +283,35 @@ def compare(bench: Bench, cfg: dict[str, Any], lrs: dict[str, float]) -> list[di
     return [simulate(bench, arm) for arm in variants]
 
 
-def run(*, quick: bool, out_dir: Path, seed: int = 0) -> dict[str, Any]:
-    """Tune, run every arm, write the outputs; the full mode then adds the real-API measurement."""
-    from lab.experiments.kardam_report import summarise, write_outputs
+def run(plan: KardamPlan, ctx: Context) -> Result:
+    """Tune, run every arm; the full plan then adds the real-API measurement."""
+    from lab.experiments.kardam_report import summarise
 
-    cfg = plan(quick)
-    name = f"{NAME}-quick" if quick else NAME
+    cfg = plan.cfg()
     bench = Bench()
     lrs, tuning = tune(bench, cfg)
     runs = [simulate(bench, arm) for arm in arms(cfg, lrs)]
     compared = compare(bench, cfg, lrs)
-    summary = summarise(runs, lrs, cfg, quick) | {"coefficients": [_compared(r) for r in compared]}
-    payload = {"summary": summary, "tuning": tuning, "runs": runs}
-    data = write_json(out_dir, name, payload)
-    write_outputs(data, out_dir, name)
-    if cfg["live"]:
+    summary = summarise(runs, lrs, cfg, plan.quick) | {"coefficients": [_compared(r) for r in compared]}
+    result = Result(summary, records={"tuning": tuning, "runs": runs})
+    if plan.live:
         from lab.experiments.kardam_live import measure
 
-        payload["summary"]["live"] = measure(out_dir / "cache" / "kardam-live")
-        data = write_json(out_dir, name, payload)
-        write_outputs(data, out_dir, name)
-    return data
+        ctx.checkpoint(result)
+        result.summary["live"] = measure(ctx.cache.parent / "kardam-live")
+    return result
+
+
+def _markdown(result: Result, plan: KardamPlan) -> str:
+    from lab.experiments.kardam_report import markdown
+
+    return markdown(result.record(), NAME + ("-quick" if plan.quick else ""))
+
+
+def _plot(result: Result) -> Any:
+    from lab.experiments.kardam_report import plot
+
+    return plot(result.record())
+
+
+EXPERIMENT = Experiment(NAME, QUICK, FULL, run, _markdown, _plot, title="Kardam")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.render import figure, save_figure, write_markdown
+from lab.render import figure
 
 ROWS = (  # (key, arm fields it selects)
     ("clean/exp", {"dampening": "exp", "attackers": 0, "filters": True, "dp_noise": None}),
@@ -263,8 +262,3 @@ def plot(data: dict[str, Any]) -> Any:
     axes[1].set(xlabel="gradients received", ylabel="test accuracy", title=f"seed {first}")
     axes[0].legend(fontsize=6)
     return fig
-
-
-def write_outputs(data: dict[str, Any], out_dir: Path, name: str) -> None:
-    save_figure(plot(data), out_dir, name)
-    write_markdown(out_dir, name, markdown(data, name))

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments import protocol as p
 from lab.experiments import stats
-from lab.contract import Context, Experiment, Plan, Result
-from lab.render import figure, fmt
 from lab.experiments.shared_lr import shared_lr, tuned_lrs
+from lab.render import figure, fmt
 
 STRATEGIES = ("adasgd", "dynsgd")
 

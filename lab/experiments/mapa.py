@@ -18,12 +18,13 @@ CONVERGED_LOSS = 1.0, fixed before any run (initial loss ln 10 ≈ 2.30).
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lab.render import figure, save_figure, write_json, write_markdown
+from lab.contract import Context, Experiment, Plan, Result
+from lab.render import figure
 
 CONVERGED_LOSS = 1.0
 ITERATIONS = 5000  # per run; the paper ran 15,000 for LR (fewer here to keep 40 runs within minutes)
@@ -121,13 +122,23 @@ def run_one(
     }  # fmt: skip
 
 
-def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class MapaPlan(Plan):
+    iterations: tuple[int, int, int] = (ITERATIONS, ITERATIONS, ITERATIONS)  # figures 5, 6, 7
+    edges7: tuple[int, ...] = (10, 100, 1000)
+    eps6: tuple[float, ...] = (0.1, 0.2, 0.5)
+    eval_every: int = 100
+
+
+FULL = MapaPlan()
+QUICK = MapaPlan(quick=True, iterations=(200, 200, 200), edges7=(10, 100), eps6=(0.1, 0.5), eval_every=20)
+
+
+def run(plan: MapaPlan, ctx: Context) -> Result:
+    seed = ctx.seed
     setup = Setup(seed)
-    name = "mapa-quick" if quick else "mapa"
-    t5, t6, t7 = (200, 200, 200) if quick else (ITERATIONS, ITERATIONS, ITERATIONS)
-    edges7 = (10, 100) if quick else (10, 100, 1000)
-    eps6 = (0.1, 0.5) if quick else (0.1, 0.2, 0.5)
-    eval_every = 20 if quick else 100
+    t5, t6, t7 = plan.iterations
+    edges7, eps6, eval_every = plan.edges7, plan.eps6, plan.eval_every
     go = dict(seed=seed, eval_every=eval_every)
     fig5 = [
         run_one(setup, m, edges=100, epsilon=0.1, iterations=t5, sampler=s, bound=b, **go)
@@ -148,12 +159,9 @@ def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
         for s in SAMPLERS for k in edges7 for m in ("audp", "mapa")
     ]  # fmt: skip
     summary = summarise(fig5, fig6, fig7, best_clip)
-    payload = {"summary": summary, "seed_claims": SEED_CLAIMS, "fig5": fig5, "fig6": fig6, "fig7": fig7,
-               "converged_loss": CONVERGED_LOSS, "quick": quick}  # fmt: skip
-    data = write_json(out_dir, name, payload)
-    plot(fig5, fig6, fig7, out_dir, name)
-    write_markdown(out_dir, name, markdown(summary, fig5, fig6, fig7, quick))
-    return data
+    records = {"seed_claims": SEED_CLAIMS, "fig5": fig5, "fig6": fig6, "fig7": fig7,
+               "converged_loss": CONVERGED_LOSS, "quick": plan.quick}  # fmt: skip
+    return Result(summary, records=records)
 
 
 def _accuracy(r: dict) -> float:
@@ -234,7 +242,7 @@ def markdown(summary: dict, fig5: list, fig6: list, fig7: list, quick: bool) -> 
     return "\n".join(lines)
 
 
-def plot(fig5: list, fig6: list, fig7: list, out_dir: Path, name: str) -> None:
+def plot(fig5: list, fig6: list, fig7: list) -> Any:
     fig, axes = figure(ncols=3, width=5.5)
     for r in fig5:
         c = np.array(r["curve"])
@@ -258,4 +266,17 @@ def plot(fig5: list, fig6: list, fig7: list, out_dir: Path, name: str) -> None:
     axes[2].set(title="Fig. 7: iterations to converge (cap = not converged)", xscale="log", yscale="log",
                 xlabel="edges K")  # fmt: skip
     axes[2].legend(fontsize=7)
-    save_figure(fig, out_dir, name)
+    return fig
+
+
+def _markdown(result: Result, plan: MapaPlan) -> str:
+    r = result.records
+    return markdown(result.summary, r["fig5"], r["fig6"], r["fig7"], plan.quick)
+
+
+def _plot(result: Result) -> Any:
+    r = result.records
+    return plot(r["fig5"], r["fig6"], r["fig7"])
+
+
+EXPERIMENT = Experiment("mapa", QUICK, FULL, run, _markdown, _plot, title="MAPA vs AUDP vs ASGD")

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.experiments.profiler_live import run_live_pair
 from lab.contract import Context, Experiment, Plan, Result
+from lab.experiments.profiler_live import run_live_pair
 from lab.experiments.profiler_report import SETUP_NOTES, deviation_stats, dumps, markdown, plot
 from lab.experiments.profiler_sim import simulate
 from lab.experiments.profiler_time import shares
@@ -65,7 +65,9 @@ def run(plan: ProfilerPlan, ctx: Context) -> Result:
     name = "profiler-energy" + ("-quick" if plan.quick else "")
     details = {"sim": {"per_seed": per_seed, "seed0_records": runs[0]["records"]}, **live["details"]}
     table = _markdown(summary, sim, live["live"])
-    return Result(summary, records=details, view={"modes": modes, "kind": "energy", "name": name, "table": table})
+    return Result(
+        summary, records=details, view={"modes": modes, "kind": "energy", "name": name, "table": table}
+    )
 
 
 def _markdown(s: dict[str, Any], sim: dict, live: dict) -> str:
@@ -118,4 +120,6 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict) -> str:
     )
 
 
-EXPERIMENT = Experiment("profiler-energy", QUICK, FULL, run, markdown, plot, dumps=dumps, title="I-Prof vs MAUI")
+EXPERIMENT = Experiment(
+    "profiler-energy", QUICK, FULL, run, markdown, plot, dumps=dumps, title="I-Prof vs MAUI"
+)

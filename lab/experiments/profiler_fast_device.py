@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profiler import IProf
 from fleet.process import ENROLL, ServerProcess
+from profiler import IProf
 from server.settings import Settings
 
 __all__ = ["run_fast_device_check"]

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from fleet.process import ENROLL, ServerProcess
 from lab.experiments.profiler_sim import EPSILON_FRACTION
 from profiler.defaults import TUNED_PARAMS
-from fleet.process import ENROLL, ServerProcess
 from sim.bootstrap import write_bootstrap
 from sim.devices import split_roles
 

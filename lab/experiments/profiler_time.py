@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments.profiler_fast_device import run_fast_device_check
 from lab.experiments.profiler_live import run_live_pair
-from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments.profiler_report import SETUP_NOTES, deviation_stats, dumps, markdown, plot
 from lab.experiments.profiler_sim import simulate
 from profiler.defaults import TUNED_PARAMS
@@ -81,7 +81,9 @@ def run(plan: ProfilerPlan, ctx: Context) -> Result:
     }
     modes = {"simulation (SLO 3 s)": (runs[0]["records"], SLO_MS), **live["modes"]}
     name = "profiler-time" + ("-quick" if plan.quick else "")
-    return Result(summary, records=details, view={"modes": modes, "kind": "time", "name": name, "table": table})
+    return Result(
+        summary, records=details, view={"modes": modes, "kind": "time", "name": name, "table": table}
+    )
 
 
 def shares(shares: dict[str, float]) -> str:
@@ -153,4 +155,6 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, fast: dict[st
     )
 
 
-EXPERIMENT = Experiment("profiler-time", QUICK, FULL, run, markdown, plot, dumps=dumps, title="I-Prof vs MAUI")
+EXPERIMENT = Experiment(
+    "profiler-time", QUICK, FULL, run, markdown, plot, dumps=dumps, title="I-Prof vs MAUI"
+)

@@ -181,4 +181,6 @@ def markdown(result: Result, plan: TunePlan) -> str:
     return _markdown(result.summary, result.records["grid"])
 
 
-EXPERIMENT = Experiment("profiler-tune", QUICK, FULL, run, markdown, _plot, dumps=dumps, title="I-Prof tuning")
+EXPERIMENT = Experiment(
+    "profiler-tune", QUICK, FULL, run, markdown, _plot, dumps=dumps, title="I-Prof tuning"
+)

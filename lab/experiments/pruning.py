@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments import protocol as p
 from lab.experiments import stats
-from lab.contract import Context, Experiment, Plan, Result
-from lab.render import figure, fmt
 from lab.experiments.shared_lr import shared_lr
+from lab.render import figure, fmt
 
 SIZE_DROPS = (0.0, 0.1, 0.2, 0.3, 0.392, 0.5)
 SIMILARITY_DROPS = (0.1, 0.17, 0.3)
@@ -34,7 +34,9 @@ class PruningPlan(Plan):
 
 
 FULL = PruningPlan()
-QUICK = PruningPlan(quick=True, lr=0.2, seeds=(1,), budget=150, settings=(("size", 0.0), ("size", 0.392)), workers=1)
+QUICK = PruningPlan(
+    quick=True, lr=0.2, seeds=(1,), budget=150, settings=(("size", 0.0), ("size", 0.392)), workers=1
+)
 
 
 def run(plan: PruningPlan, ctx: Context) -> Result:

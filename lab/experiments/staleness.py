@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments import protocol as p
 from lab.experiments import stats
-from lab.contract import Context, Experiment, Plan, Result
 from lab.render import figure, fmt
 from server.strategies import default_strategy
 
@@ -39,7 +39,15 @@ class StalenessPlan(Plan):
 
 FULL = StalenessPlan()
 QUICK = StalenessPlan(
-    quick=True, grid=(0.2,), seeds=(1,), dists=("D2",), cap=100, extra=(), workers=1, round=5, stop_at_target=False
+    quick=True,
+    grid=(0.2,),
+    seeds=(1,),
+    dists=("D2",),
+    cap=100,
+    extra=(),
+    workers=1,
+    round=5,
+    stop_at_target=False,
 )
 
 

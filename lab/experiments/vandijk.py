@@ -21,12 +21,13 @@ has completed it); the test accuracy is taken at each k.
 from __future__ import annotations
 
 import heapq
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lab.render import figure, save_figure, write_json, write_markdown
+from lab.contract import Context, Experiment, Plan, Result
+from lab.render import figure
 
 CLIENTS = 5
 SPEEDS = (1.0, 0.9, 0.8, 0.7, 0.6)
@@ -164,26 +165,41 @@ def dp_epsilon(sizes: list[int], sigma: float, n: int, delta: float) -> float:
     return epsilon([PrivacyEvent(sigma, min(1.0, s / n)) for s in sizes], delta)
 
 
-def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
-    setups = [Setup(seed + i) for i in range(1 if quick else SEEDS)]
-    name = "vandijk-quick" if quick else "vandijk"
-    scale = 0.05 if quick else 1.0  # quick: 1,000 gradients instead of 20,000
+@dataclass(frozen=True, kw_only=True)
+class VanDijkPlan(Plan):
+    seeds: int = SEEDS
+    scale: float = 1.0  # of table 3's 20,000 gradients
+    sizes3: tuple[int, ...] = TABLE3_SIZES
+    base_size: int = 200
+    grid: tuple[tuple[float, float], ...] = FIG1A_GRID
+    growth: int = 50
+    epochs_1b: float = 1.0  # share of figure 1b's epochs
+
+
+FULL = VanDijkPlan()
+QUICK = VanDijkPlan(quick=True, seeds=1, scale=0.05, sizes3=(10, 40), base_size=10, grid=FIG1A_GRID[:1],
+                    growth=5, epochs_1b=0.2)  # fmt: skip
+
+
+def run(plan: VanDijkPlan, ctx: Context) -> Result:
+    seed = ctx.seed
+    setups = [Setup(seed + i) for i in range(plan.seeds)]
+    scale = plan.scale  # quick: 1,000 gradients instead of 20,000
     k3 = int(20_000 * scale)
-    sizes3 = (10, 40) if quick else TABLE3_SIZES
+    sizes3 = plan.sizes3
     go: dict[str, Any] = {}
     table3 = [averaged(setups, gradients=k3, schedule="constant", a=0, b=s, eta0=TABLE3_STEP, beta=0.0,
                       label=f"constant {s}", **go) for s in sizes3]  # fmt: skip
-    base_size = 200 if not quick else 10
+    base_size = plan.base_size
     baseline = next(r for r in table3 if r["b"] == base_size)
-    grid = FIG1A_GRID[:1] if quick else FIG1A_GRID
-    growth = 50 if not quick else 5
+    grid, growth = plan.grid, plan.growth
     fig1a = [averaged(setups, gradients=k3, schedule="linear", a=growth, b=growth, eta0=e, beta=bt,
                      label=f"linear {growth}+{growth}i, η0={e}, β={bt}", **go) for e, bt in grid]  # fmt: skip
     target = baseline["final_accuracy"]
     for r in [baseline, *fig1a]:
         r["rounds_to_baseline"] = rounds_to(r, target)
     n_c = len(setups[0].shards[0][1])
-    k1b = int(FIG1B["epochs"] * n_c * CLIENTS * (0.2 if quick else 1.0))
+    k1b = int(FIG1B["epochs"] * n_c * CLIENTS * plan.epochs_1b)
     fig1b, summary1b = _fig1b(setups, n_c, k1b)
     reached = [r["rounds_to_baseline"] for r in fig1a if r["rounds_to_baseline"] is not None]
     summary = {
@@ -193,13 +209,10 @@ def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
                   "best_increasing_rounds": min(reached, default=None)},
         "fig1b": summary1b,
     }  # fmt: skip
-    payload = {"summary": summary, "seed_claims": SEED_CLAIMS, "seed_table3": SEED_TABLE3, "table3": table3,
+    records = {"seed_claims": SEED_CLAIMS, "seed_table3": SEED_TABLE3, "table3": table3,
                "fig1a": [baseline, *fig1a], "fig1b": fig1b, "fig1b_params": FIG1B,
-               "quick": quick}  # fmt: skip
-    data = write_json(out_dir, name, payload)
-    plot(table3, [baseline, *fig1a], fig1b, out_dir, name)
-    write_markdown(out_dir, name, markdown(summary, table3, [baseline, *fig1a], fig1b, quick))
-    return data
+               "quick": plan.quick}  # fmt: skip
+    return Result(summary, records=records)
 
 
 def _fig1b(setups: list[Setup], n_c: int, k1b: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -325,7 +338,7 @@ def markdown(summary: dict, table3: list, fig1a: list, fig1b: list, quick: bool)
     return "\n".join(lines) + "\n"
 
 
-def plot(table3: list, fig1a: list, fig1b: list, out_dir: Path, name: str) -> None:
+def plot(table3: list, fig1a: list, fig1b: list) -> Any:
     fig, axes = figure(ncols=3, width=5.5)
     for ax, runs, title in ((axes[0], table3, "(a) Table 3: constant sizes"),
                             (axes[1], fig1a, "(b) Fig. 1a: increasing vs constant 200"),
@@ -335,4 +348,17 @@ def plot(table3: list, fig1a: list, fig1b: list, out_dir: Path, name: str) -> No
             ax.plot(c[:, 0], c[:, 1], marker=".", label=r["label"])
         ax.set(title=title, xlabel="barrier round k", ylabel="test accuracy")
         ax.legend(fontsize=6)
-    save_figure(fig, out_dir, name)
+    return fig
+
+
+def _markdown(result: Result, plan: VanDijkPlan) -> str:
+    r = result.records
+    return markdown(result.summary, r["table3"], r["fig1a"], r["fig1b"], plan.quick)
+
+
+def _plot(result: Result) -> Any:
+    r = result.records
+    return plot(r["table3"], r["fig1a"], r["fig1b"])
+
+
+EXPERIMENT = Experiment("vandijk", QUICK, FULL, run, _markdown, _plot, title="van Dijk et al.")

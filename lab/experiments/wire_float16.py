@@ -9,13 +9,13 @@ evaluations, every 50 updates) and the paired difference with its spread.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from client import GradientSession
+from lab.contract import Context, Experiment, Plan, Result
 from models.manifest import builtin
 from server.core.evaluation import Evaluator
 from server.strategies import AdaSGD, Arrival
@@ -68,9 +68,19 @@ def train(*, seed: int, updates: int, float16: bool) -> list[float]:
     return accuracy
 
 
-def run(*, quick: bool, out_dir: Path, seed: int) -> dict[str, Any]:
-    seeds = [seed + i for i in range(2 if quick else 5)]
-    updates = 150 if quick else 1000
+@dataclass(frozen=True, kw_only=True)
+class WirePlan(Plan):
+    seeds: int = 5  # from --seed on
+    updates: int = 1000
+
+
+FULL = WirePlan()
+QUICK = WirePlan(quick=True, seeds=2, updates=150)
+
+
+def run(plan: WirePlan, ctx: Context) -> Result:
+    seeds = [ctx.seed + i for i in range(plan.seeds)]
+    updates = plan.updates
     runs = {
         s: {enc: train(seed=s, updates=updates, float16=enc == "float16") for enc in ("float32", "float16")}
         for s in seeds
@@ -90,8 +100,7 @@ def run(*, quick: bool, out_dir: Path, seed: int) -> dict[str, Any]:
         "target_points": 0.5,
         "met": bool(differences.mean() < 0.5),
     }
-    result = {
-        "summary": summary,
+    records = {
         "series": {str(s): r for s, r in runs.items()},
         "setup": {
             "devices": DEVICES,
@@ -102,36 +111,38 @@ def run(*, quick: bool, out_dir: Path, seed: int) -> dict[str, Any]:
             "model": "mnist_cnn",
         },
     }
-    name = "wire-float16" + ("-quick" if quick else "")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
-    _plot(runs, out_dir / f"{name}.png")
+    return Result(summary, records=records)
+
+
+def markdown(result: Result, plan: WirePlan) -> str:
+    summary, series = result.summary, result.records["series"]
+    final = {
+        s: {enc: float(np.mean(r[enc][-3:])) for enc in r} for s, r in series.items()
+    }  # last 3 evaluations
     rows = [
-        f"| {s} | {final[s]['float32']:.4f} | {final[s]['float16']:.4f} | {d:+.2f} |"
-        for s, d in zip(seeds, differences, strict=True)
+        f"| {s} | {f['float32']:.4f} | {f['float16']:.4f} | {(f['float32'] - f['float16']) * 100:+.2f} |"
+        for s, f in final.items()
     ]
-    (out_dir / f"{name}.md").write_text(
-        "\n".join(
-            [
-                "# Float16 on the wire: accuracy cost",
-                "",
-                __doc__.split("\n\n", 1)[1].strip(),
-                "",
-                "| seed | float32 accuracy | float16 accuracy | cost (points) |",
-                "|---|---|---|---|",
-                *rows,
-                "",
-                f"Paired cost: {summary['loss_points_mean']:+.2f} ± {summary['loss_points_std']:.2f} points "
-                f"(range {summary['loss_points_range'][0]:+.2f} to {summary['loss_points_range'][1]:+.2f}); "
-                f"target < 0.5 points: {'met' if summary['met'] else 'missed'}.",
-                "",
-            ]
-        )
+    return "\n".join(
+        [
+            "# Float16 on the wire: accuracy cost",
+            "",
+            __doc__.split("\n\n", 1)[1].strip(),
+            "",
+            "| seed | float32 accuracy | float16 accuracy | cost (points) |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"Paired cost: {summary['loss_points_mean']:+.2f} ± {summary['loss_points_std']:.2f} points "
+            f"(range {summary['loss_points_range'][0]:+.2f} to {summary['loss_points_range'][1]:+.2f}); "
+            f"target < 0.5 points: {'met' if summary['met'] else 'missed'}.",
+            "",
+        ]
     )
-    return result
 
 
-def _plot(runs: dict[int, dict[str, list[float]]], path: Path) -> None:
+def _plot(result: Result) -> Any:
+    runs = result.records["series"]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,6 +157,7 @@ def _plot(runs: dict[int, dict[str, list[float]]], path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ax.set_title("Float16 vs float32 on the wire (paired seeds)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+EXPERIMENT = Experiment("wire-float16", QUICK, FULL, run, markdown, _plot, title="float16 on the wire")

@@ -17,12 +17,13 @@ of their logarithms (§6.6.6: "under logarithmic coordinates" is ambiguous; both
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lab.render import figure, save_figure, write_json, write_markdown
+from lab.contract import Context, Experiment, Plan, Result
+from lab.render import figure
 
 METHODS = ("wkafl", "twafl", "sasgd")
 RATES = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # SASGD divides by τ + 1 (≈ P/K): it needs the large ones
@@ -154,14 +155,28 @@ def tune(
             "grid": [{k: r[k] for k in keys} for r in runs]}  # fmt: skip
 
 
-def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
-    name = "wkafl-quick" if quick else "wkafl"
-    scale = 10 if quick else 1  # quick: P/10 devices (the same P/K shape at a tenth), few iterations
-    iterations, tune_iterations = (40, 20) if quick else (ITERATIONS, TUNE_ITERATIONS)
-    eval_every = 4 if quick else EVAL_EVERY
-    seeds = (seed,) if quick else (seed, seed + 1)
-    workers = 1 if quick else 2
-    tuning = tune(rates=RATES[1:3] if quick else RATES, iterations=tune_iterations, seed=seed + 100,
+@dataclass(frozen=True, kw_only=True)
+class WkaflPlan(Plan):
+    scale: int = 1  # quick: P/10 devices (the same P/K shape at a tenth), few iterations
+    iterations: int = ITERATIONS
+    tune_iterations: int = TUNE_ITERATIONS
+    eval_every: int = EVAL_EVERY
+    seeds: int = 2  # from --seed on
+    workers: int = 2
+    rates: tuple[float, ...] = RATES
+
+
+FULL = WkaflPlan()
+QUICK = WkaflPlan(quick=True, scale=10, iterations=40, tune_iterations=20, eval_every=4, seeds=1, workers=1,
+                  rates=RATES[1:3])  # fmt: skip
+
+
+def run(plan: WkaflPlan, ctx: Context) -> Result:
+    seed = ctx.seed
+    scale, iterations, tune_iterations = plan.scale, plan.iterations, plan.tune_iterations
+    eval_every, workers = plan.eval_every, plan.workers
+    seeds = tuple(seed + i for i in range(plan.seeds))
+    tuning = tune(rates=plan.rates, iterations=tune_iterations, seed=seed + 100,
                   data_seed=seed, eval_every=eval_every, scale=scale, workers=workers)  # fmt: skip
     configs = [(p, k, 1) for p, k in TABLE2] + [(TABLE2[-1][0], TABLE2[-1][1], c) for c in TABLE3[1:]]
     jobs = [dict(method=m, devices=p // scale, k=k, classes=c, rate=tuning["best"][m], iterations=iterations,
@@ -171,12 +186,9 @@ def run(*, quick: bool = False, out_dir: Path, seed: int = 0) -> dict[str, Any]:
     for r in runs:
         r["paper_level"] = r["devices"] * scale // r["k"]  # the seed's P/K this run stands for
     summary = summarise(runs, seeds)
-    payload = {"summary": summary, "seed_claims": SEED_CLAIMS, "tuning": tuning, "runs": runs,
-               "quick": quick, "scale": scale}  # fmt: skip
-    data = write_json(out_dir, name, payload)
-    plot(runs, out_dir, name)
-    write_markdown(out_dir, name, markdown(summary, tuning, quick, iterations))
-    return data
+    records = {"seed_claims": SEED_CLAIMS, "tuning": tuning, "runs": runs,
+               "quick": plan.quick, "scale": scale}  # fmt: skip
+    return Result(summary, records=records)
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -276,7 +288,7 @@ def markdown(summary: dict, tuning: dict, quick: bool, iterations: int) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: list[dict], out_dir: Path, name: str) -> None:
+def plot(runs: list[dict]) -> Any:
     fig, axes = figure(ncols=2, width=6.0)
     seed = min(r["seed"] for r in runs)
     for ax, classes, title in ((axes[0], 1, "L_num = 1"), (axes[1], 5, "L_num = 5")):
@@ -294,4 +306,15 @@ def plot(runs: list[dict], out_dir: Path, name: str) -> None:
             title=f"P/K = 300, {title} (seed {seed})", xlabel="iteration", ylabel="test accuracy", ylim=(0, 1)
         )
         ax.legend()
-    save_figure(fig, out_dir, name)
+    return fig
+
+
+def _markdown(result: Result, plan: WkaflPlan) -> str:
+    return markdown(result.summary, result.records["tuning"], plan.quick, plan.iterations)
+
+
+def _plot(result: Result) -> Any:
+    return plot(result.records["runs"])
+
+
+EXPERIMENT = Experiment("wkafl", QUICK, FULL, run, _markdown, _plot, title="WKAFL")
