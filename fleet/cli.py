@@ -241,9 +241,7 @@ def demo(
 app.command()(simulate)  # fleet/simulate.py: its many options live there
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True
-)
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True)
 def experiment() -> None:
     """Moved: experiments are the lab's (python -m lab run NAME), outside the wheel."""
     typer.echo("`fleet experiment` moved out of the package: from a checkout, `python -m lab run NAME`.")

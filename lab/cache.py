@@ -4,7 +4,7 @@ A cached run is reused only when its full specification (``job.spec()``: every f
 variant's parameters) and the version of the code that produces it (a hash of the sources of the
 packages a run executes, and of the numeric libraries' versions) are the same. The cache lives next to
 the results (``docs/results/cache/``, not committed): it lets a long run resume, never stands in for a
-run of other code. ``fleet experiment NAME --fresh`` ignores what earlier invocations wrote (runs
+run of other code. ``python -m lab run NAME --fresh`` ignores what earlier invocations wrote (runs
 written by the current one, e.g. a tuning run reused by a table, still count).
 """
 

@@ -83,8 +83,9 @@ def test_simulator_benchmark_runs_the_asked_number_of_events():
 
 
 def test_fuzz_report_quick_writes_its_results(tmp_path):
-    """`fleet bench fuzz --quick`: schemathesis against a live server, its counts in fuzz-quick.md/.json."""
-    from lab.bench import REPORTS, run_report
+    """`python -m lab run fuzz --quick`: schemathesis against a live server, counts in fuzz-quick.md/.json."""
+    from lab.bench import run_report
+    from lab.runner import BENCHMARKS as REPORTS
 
     assert REPORTS["fuzz"] == "lab.bench.fuzz"
     result = run_report("fuzz", quick=True, out_dir=tmp_path)
@@ -92,5 +93,6 @@ def test_fuzz_report_quick_writes_its_results(tmp_path):
     assert run["operations"] == 26 and run["requests"] >= 26 and run["server_errors"] == 0
     assert run["failures"] == [] and sum(run["status_counts"].values()) == run["requests"]
     saved = json.loads((tmp_path / "fuzz-quick.json").read_text())
-    assert saved["schemathesis"] == result["schemathesis"] and saved["command"] == "fleet bench fuzz --quick"
+    assert saved["schemathesis"] == result["schemathesis"]
+    assert saved["command"] == "python -m lab run fuzz --quick"
     assert "| sqlite | 26 |" in (tmp_path / "fuzz-quick.md").read_text()

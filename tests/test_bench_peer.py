@@ -1,4 +1,4 @@
-"""`fleet bench peer`: the shared workload, the censoring rules, and short real runs of both sides."""
+"""`python -m lab run peer`: the shared workload, the censoring rules, and short real runs of both sides."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_quick_fleet_side(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(flower_python() is None, reason="no Flower venv (fleet bench peer creates it)")
+@pytest.mark.skipif(flower_python() is None, reason="no Flower venv (python -m lab run peer creates it)")
 def test_quick_flower_side(tmp_path):
     workload = write_workload(tmp_path / "workload", 3)
     workdir = tmp_path / "flower"

@@ -22,7 +22,7 @@ def test_registry_names_every_experiment():
 @pytest.mark.timeout(120)
 def test_staleness_quick_orders_strategies(tmp_path):
     run_experiment("staleness", quick=True, out_dir=tmp_path)
-    data = outputs_exist(tmp_path, "staleness")
+    data = outputs_exist(tmp_path, "staleness-quick")
     rows = data["summary"]["tables"]["D2/a"]
     final = {v: r["final_accuracy"][0] for v, r in rows.items()}
     # 100 updates under D2 are too few to separate the async strategies robustly (all near 10%); the
@@ -52,7 +52,7 @@ def test_staleness_quick_orders_strategies(tmp_path):
 @pytest.mark.timeout(120)
 def test_long_tail_quick_writes_recall_and_weights(tmp_path):
     data = run_experiment("long-tail", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "long-tail")
+    outputs_exist(tmp_path, "long-tail-quick")
     for v in ("adasgd", "dynsgd"):
         series = data["series"][v]
         assert len(series["recall0"]) == len(series["updates"]) and series["weights"]
@@ -74,7 +74,7 @@ def test_long_tail_quick_writes_recall_and_weights(tmp_path):
 @pytest.mark.timeout(120)
 def test_pruning_quick_drops_about_the_asked_fraction(tmp_path):
     data = run_experiment("pruning", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "pruning")
+    outputs_exist(tmp_path, "pruning-quick")
     rows = {r["p"]: r for r in data["summary"]["rows"]}
     assert rows[0.0]["fraction_dropped"]["median"] == 0.0
     assert 0.25 < rows[0.392]["fraction_dropped"]["median"] < 0.5
@@ -83,7 +83,7 @@ def test_pruning_quick_drops_about_the_asked_fraction(tmp_path):
 @pytest.mark.timeout(150)
 def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
     data = run_experiment("async-vs-sync", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "async-vs-sync")
+    outputs_exist(tmp_path, "async-vs-sync-quick")
     table = data["summary"]["tables"]["a"]["arms"]
     assert table["ssgd-wait-all"]["staleness_median"] == [0.0]
     assert table["adasgd"]["staleness_median"][0] > 0

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_readme_table_is_what_the_results_say():
     readme = (ROOT / "README.md").read_text()
     block = readme.split(START, 1)[1].split(END, 1)[0].strip()
-    assert block == table(ROOT / "docs" / "results"), "run `fleet experiment report` after new results"
+    assert block == table(ROOT / "docs" / "results"), "run `python -m lab run report` after new results"
 
 
 def test_update_rewrites_only_the_block(tmp_path):

@@ -25,8 +25,8 @@ needs_redis = pytest.mark.skipif(shutil.which("redis-server") is None, reason="r
 
 @pytest.fixture
 def postgres_database():
-    from tests.support.postgres import scratch_postgres_database
     from tests.conftest import postgres_url
+    from tests.support.postgres import scratch_postgres_database
 
     with scratch_postgres_database(postgres_url()) as url:
         yield url

@@ -77,6 +77,23 @@ def run_performance(plan: BenchPlan, ctx: Context) -> Result:
     return Result({"benchmarks": list(plan.benchmarks)}, records={"benchmarks": merged})
 
 
+def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
+    """Run some of the performance benchmarks through the lab's runner; returns performance.json."""
+    from lab.runner import run
+
+    plan = BenchPlan(quick=quick, benchmarks=tuple(names))
+    record = run("performance", quick=quick, out_dir=out_dir, plan=plan, progress=False).record()
+    return {k: v for k, v in record.items() if k != "summary"}
+
+
+def run_report(name: str, *, quick: bool = False, out_dir: Path = RESULTS) -> dict[str, Any]:
+    """Run one benchmark with a report of its own through the lab's runner; returns its summary and record."""
+    from lab.runner import run
+
+    result = run(name, quick=quick, out_dir=out_dir, progress=False)
+    return {**result.records, "summary": result.summary}
+
+
 def records_only(record: dict[str, Any]) -> str:
     """A benchmark's JSON as it always was: its records, without the lab's summary."""
     return json.dumps({k: v for k, v in record.items() if k != "summary"}, indent=1)

@@ -3,7 +3,7 @@ load (its connections dropped and refused, or the whole server restarted). What 
 a 5xx other than 503, every 503 carries Retry-After, the service recovers by itself, and every
 acknowledged gradient is stored, applied exactly once (bench/ledger.py).
 
-`fleet bench chaos` writes docs/results/reliability-chaos.json and rewrites reliability.md.
+`python -m lab run chaos` writes docs/results/reliability-chaos.json and rewrites reliability.md.
 Set FLEET_CHAOS_RESTART_POSTGRES=1 to also restart the local PostgreSQL server (it drops every
 database's connections: only where nothing else uses that server).
 """
@@ -199,7 +199,7 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
     result = {
         "name": "chaos",
         "quick": quick,
-        "command": "fleet bench chaos" + (" --quick" if quick else ""),
+        "command": "python -m lab run chaos" + (" --quick" if quick else ""),
         "phases": phases,
         "machine": "{cpu}, {cores} cores, load {load_average}, {date}".format(**machine()),
     }

@@ -1,4 +1,5 @@
-"""`fleet bench console`: how long each console page takes the server with 1,000 devices and 10,000 tasks.
+"""`python -m lab run console`: how long each console page takes the server with 1,000 devices and
+10,000 tasks.
 
 The database is filled through the core itself (enrollments, task grants, pushes of small random
 gradients to the default strategy and model), then every page, dataset and chart is requested by a
@@ -121,7 +122,7 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
             stats = app.state.coordinator.store.task_counts(app.state.coordinator.run.model_id)
     worst_page = max(figures[p]["p50_ms"] for p in pages)
     result = {
-        "command": "fleet bench console" + (" --quick" if quick else ""),
+        "command": "python -m lab run console" + (" --quick" if quick else ""),
         "devices": devices,
         "tasks": sum(stats.values()),
         "fill_s": round(fill_s, 1),

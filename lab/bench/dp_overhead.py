@@ -5,7 +5,7 @@ intra-op threads; rounds interleave the two so machine noise hits both alike, an
 reported per model and thread count (target from issue 15: at most 2.5x). Noise and Poisson sampling are
 left out: they are numpy work of one pass over the parameters, not graph time.
 
-`fleet bench dp` writes docs/results/dp-overhead.json/.md and the same table as a section of
+`python -m lab run dp` writes docs/results/dp-overhead.json/.md and the same table as a section of
 performance.md/.json (``--quick``: the -quick files).
 """
 
@@ -90,7 +90,8 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
     suffix = "-quick" if quick else ""
     (out_dir / f"dp-overhead{suffix}.json").write_text(json.dumps(result, indent=1))
     own = render_markdown({"benchmarks": {"dp": result}}).replace("# Performance", "# DP-SGD overhead", 1)
-    (out_dir / f"dp-overhead{suffix}.md").write_text(own.replace("`fleet bench all`", "`fleet bench dp`", 1))
+    own = own.replace("`python -m lab run performance`", "`python -m lab run dp`", 1)
+    (out_dir / f"dp-overhead{suffix}.md").write_text(own)
     performance = out_dir / f"performance{suffix}.json"
     results: dict[str, Any] = json.loads(performance.read_text()) if performance.exists() else {}
     results.setdefault("benchmarks", {})["dp"] = result

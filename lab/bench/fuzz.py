@@ -1,4 +1,4 @@
-"""`fleet bench fuzz`: schemathesis against a live coordinator, driven by its served /openapi.json.
+"""`python -m lab run fuzz`: schemathesis against a live coordinator, driven by its served /openapi.json.
 
 A real `fleet serve` process on loopback (SQLite, and PostgreSQL when reachable), a device enrolled for a
 device token and the process's admin token, every operation, schemathesis's phases (examples, coverage,
@@ -240,7 +240,7 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
 
     result = {
         "name": "fuzz",
-        "command": "fleet bench fuzz --quick" if quick else "fleet bench fuzz",
+        "command": "python -m lab run fuzz --quick" if quick else "python -m lab run fuzz",
         "schemathesis": schemathesis.__version__,
         "checks": list(CHECKS),
         "phases": [*UNIT_PHASES, *(["stateful"] if stateful else [])],

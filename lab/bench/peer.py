@@ -1,5 +1,5 @@
-"""`fleet bench peer`: Fleet against Flower's synchronous FedAvg on one workload, one machine, one window,
-as a user choosing between them would run them (issue 19, item 4).
+"""`python -m lab run peer`: Fleet against Flower's synchronous FedAvg on one workload, one machine, one
+window, as a user choosing between them would run them (issue 19, item 4).
 
 The workload (bench/peer_workload.py): 20 devices with 200 non-IID MNIST digits each, the thesis CNN
 from the same initial weights on both sides, batch 100, device i sleeping d_i ms per sample on top of its
@@ -11,7 +11,7 @@ Order: Flower's two FedAvg configurations, then Fleet's arms, then Flower's agai
 the two Flower passes is the machine's noise), then Flower's deployment engine once at its best
 configuration. A run that misses the target is censored at its cap (shown "≥"), never dropped.
 
-`fleet bench peer` writes docs/results/peer-flower.md/.json/.png; `--quick` (4 devices, 15 s runs,
+`python -m lab run peer` writes docs/results/peer-flower.md/.json/.png; `--quick` (4 devices, 15 s runs,
 targets 0.5 and 0.95, Flower only if its venv already exists) is what the test runs. Environment:
 FLEET_PEER_ARMS (comma-separated arm specs, see ``parse_arm``), FLEET_PEER_FLOWER=1 to run (and if
 needed install) Flower in quick mode, 0 to skip it. ``python -m bench.peer --help`` has the knobs.
@@ -241,7 +241,7 @@ def run(plan: Plan, *, quick: bool, out_dir: Path, console: Console | None = Non
 
 
 def main(*, quick: bool, out_dir: Path = RESULTS) -> dict[str, Any]:
-    """`fleet bench peer` (bench.REPORTS): the full plan, or QUICK; FLEET_PEER_ARMS replaces the arms."""
+    """`python -m lab run peer`: the full plan, or QUICK; FLEET_PEER_ARMS replaces the arms."""
     plan = QUICK if quick else Plan()
     if arms := os.environ.get("FLEET_PEER_ARMS"):
         plan = replace(plan, arms=tuple(a.strip() for a in arms.split(",") if a.strip()))

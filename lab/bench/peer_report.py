@@ -187,7 +187,7 @@ def render(summary: dict[str, Any], meta: dict[str, Any], stem: str) -> str:
     head = f"""\
 # Fleet against Flower's FedAvg (peer benchmark)
 
-Written by `{"fleet bench peer" + (" --quick" if meta["quick"] else "")}` (bench/peer.py), {m["date"]}.
+Written by `{"python -m lab run peer" + (" --quick" if meta["quick"] else "")}` (bench/peer.py), {m["date"]}.
 Machine: {m["cpu"]}, {m["cores"]} cores, load average {load["before"]} before and {load["after"]} after;
 Python {m["python"]}, onnxruntime {m["onnxruntime"]}, {flower}.
 
@@ -242,7 +242,7 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out_dir: P
     runs = [{k: v for k, v in r.items() if k != "work_at"} for r in results]
     payload = {
         "name": "peer",
-        "command": "fleet bench peer" + (" --quick" if meta["quick"] else ""),
+        "command": "python -m lab run peer" + (" --quick" if meta["quick"] else ""),
         **{k: v for k, v in meta.items() if k != "plan"},
         "plan": asdict(meta["plan"]),
         "runs": runs,

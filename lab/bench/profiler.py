@@ -4,7 +4,7 @@ I-Prof runs the configuration `fleet serve` runs (``profiler.defaults.TUNED_PARA
 refitted every ``refit_every`` = 1000 observations, inline as in the coordinator), cold-started on the
 simulated bootstrap data, then serves requests from the catalogue's test devices in their changing
 states (cold start for a new model, personal models afterwards). A refit is one update in a thousand,
-below the p99: the p99.9 and the maximum show it. Run ``fleet bench profiler`` (or
+below the p99: the p99.9 and the maximum show it. Run ``python -m lab run profiler`` (or
 ``python -m bench.profiler``); the target is ≤ 1 ms p99 each.
 """
 

@@ -1,6 +1,6 @@
 """Large simulations on Ray: a 100,000-device fleet, and the speed-up of 1 vs 2 Ray workers.
 
-`fleet bench ray` writes docs/results/ray-sim.md and .json. The large run is `fleet simulate` on the Ray
+`python -m lab run ray` writes docs/results/ray-sim.md and .json. The large run is `fleet simulate` on the Ray
 backend with 100,000 devices (catalogue speeds, churn) and a gradient budget; the speed-up runs use a
 smaller fleet, alternating 1, 2, 1, 2 workers (after one local-backend run as the reference) so that a
 change in the machine's load hits both arms; the load average is recorded before each run, because
@@ -100,7 +100,8 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         "# Large simulations on Ray",
         "",
-        "Written by `fleet bench ray` (bench/ray_sim.py). The virtual clock and the coordinator core run in",
+        "Written by `python -m lab run ray` (lab/bench/ray_sim.py). The virtual clock and the "
+        "coordinator core run in",
         "the driver; the devices' ONNX gradients run on Ray actors (sim/ray_backend.py).",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, load average {m['load_average']} at the end, {m['date']}.",

@@ -82,12 +82,12 @@ def render(out_dir: Path, *, quick: bool = False) -> Path:
     lines = [
         "# Reliability",
         "",
-        "Written by `fleet bench soak` and `fleet bench chaos` from reliability-soak.json and",
+        "Written by `python -m lab run soak` and `python -m lab run chaos` from reliability-soak.json and",
         "reliability-chaos.json. Load only on loopback, bounded in devices and time.",
         "",
     ]
-    lines += _soak(soak) if soak else ["## Soak", "", "Not run yet: `fleet bench soak`.", ""]
-    lines += _chaos(chaos) if chaos else ["## Chaos", "", "Not run yet: `fleet bench chaos`.", ""]
+    lines += _soak(soak) if soak else ["## Soak", "", "Not run yet: `python -m lab run soak`.", ""]
+    lines += _chaos(chaos) if chaos else ["## Chaos", "", "Not run yet: `python -m lab run chaos`.", ""]
     path = out_dir / f"reliability{'-quick' if quick else ''}.md"
     path.write_text("\n".join(lines))
     return path

@@ -1,4 +1,4 @@
-"""`fleet bench throughput --topology workers`: the scale-out topology's throughput (issue 18).
+"""`python -m lab run scale-out`: the scale-out topology's throughput (issue 18).
 
 For 1, 2 and 4 API workers plus the aggregator (PostgreSQL, a Redis of its own), and the single process
 beside them on the same PostgreSQL: durable pushes/s and push p50/p99 from bench.loadgen in its own
@@ -246,7 +246,7 @@ def report(result: dict[str, Any]) -> str:
     m, after = result["machine"], result["machine_after"]
     return f"""# Scale-out: API workers + one aggregator (issue 18)
 
-Written by `fleet bench throughput --topology workers` (bench/scale_out.py), {m["date"]}.
+Written by `python -m lab run scale-out` (bench/scale_out.py), {m["date"]}.
 Machine: {m["cpu"]}, {m["cores"]} cores, load average {m["load_average"]} before and
 {after["load_average"]} after; Python {m["python"]}.
 

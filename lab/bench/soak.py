@@ -2,7 +2,7 @@
 rate limits). What must hold: no 5xx, the coordinator's memory flat, and every acknowledged gradient
 stored and applied exactly once (bench/ledger.py).
 
-`fleet bench soak` (200 devices, 10 minutes) writes docs/results/reliability-soak.json and the RSS plot,
+`python -m lab run soak` (200 devices, 10 minutes) writes docs/results/reliability-soak.json and the RSS plot,
 and rewrites reliability.md; `--quick` is 10 devices for 10 s.
 """
 
@@ -91,7 +91,7 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
     result.update(
         name="soak",
         quick=quick,
-        command="fleet bench soak" + (" --quick" if quick else ""),
+        command="python -m lab run soak" + (" --quick" if quick else ""),
         machine=f"{m['cpu']}, {m['cores']} cores, load {m['load_average']}, {m['date']}",
     )
     if not quick:

@@ -162,7 +162,7 @@ def markdown(result: Result, plan: WhyPlan) -> str:
         "# What AdaSGD's weights do on the peer workload",
         "",
         "Simulated peer workload (20 devices, 2 sorted shards of MNIST each, speeds spread 7x), "
-        f"seed {SEED}; every gradient recorded. `fleet experiment adasgd-why`. "
+        f"seed {SEED}; every gradient recorded. `python -m lab run adasgd-why`. "
         f"Figure: [{name}.png]({name}.png).",
         "",
         "| strategy | γ | gradients to 90% | mean w | mean w·(τ+1) | mean γ·w | p90 γ·w | median BC "

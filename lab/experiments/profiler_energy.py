@@ -1,4 +1,4 @@
-"""`fleet experiment profiler-energy`: I-Prof vs MAUI at a 0.075% battery-per-task SLO (thesis Fig. 3.13).
+"""`python -m lab run profiler-energy`: I-Prof vs MAUI at a 0.075% battery-per-task SLO (thesis Fig. 3.13).
 
 Batch sizes are bounded by energy alone (no time SLO). Simulation: the 20 test device models, 28
 requests each alternated between the profilers, five seeds (seed 0 plotted); energy comes from the
@@ -78,7 +78,7 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict) -> str:
         [
             "# I-Prof vs MAUI: energy SLO (thesis Fig. 3.13)",
             "",
-            "Written by `fleet experiment profiler-energy`. |e − SLO| p90 in % battery; live as a fraction",
+            "Written by `python -m lab run profiler-energy`. |e − SLO| p90 in % battery; live as a fraction",
             "of the SLO.",
             "",
             "| mode | SLO | tasks per profiler | I-Prof p90 | MAUI p90 | target (thesis) |",

@@ -1,4 +1,4 @@
-"""`fleet experiment profiler-time`: I-Prof vs MAUI at a 3 s time SLO (thesis Fig. 3.12), sim and live.
+"""`python -m lab run profiler-time`: I-Prof vs MAUI at a 3 s time SLO (thesis Fig. 3.12), sim and live.
 
 Simulation: 20 test device models, 28 requests each alternated between the profilers (280 tasks per
 profiler; the thesis's "about 280 tasks"), five seeds (seed 0 is plotted). Live: real worker processes
@@ -99,7 +99,7 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, fast: dict[st
         [
             "# I-Prof vs MAUI: time SLO (thesis Fig. 3.12)",
             "",
-            "Written by `fleet experiment profiler-time`. |t − SLO| p90; live deviations as a fraction",
+            "Written by `python -m lab run profiler-time`. |t − SLO| p90; live deviations as a fraction",
             "of the SLO.",
             "",
             "| mode | SLO | tasks per profiler | I-Prof p90 | MAUI p90 | over SLO, I-Prof / MAUI "
@@ -123,7 +123,7 @@ def _markdown(s: dict[str, Any], sim: dict, live: dict, raw: dict, fast: dict[st
             f"{shares(s['live_shared_over_slo_share'])} | |",
             "",
             f"I-Prof runs `fleet serve`'s default settings `{json.dumps(s['iprof_params'])}` "
-            "(`profiler.defaults`, chosen by `fleet experiment profiler-tune` on a validation split of the",
+            "(`profiler.defaults`, chosen by `python -m lab run profiler-tune` on a validation split of the",
             "bootstrap phones with seeds 1000-1004, see profiler-tune.md; the 20 test phones and seeds 0-4",
             "reported here were never used to choose them), plus ε = 1% of the bootstrap's mean slope.",
             "",

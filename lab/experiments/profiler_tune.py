@@ -1,4 +1,4 @@
-"""`fleet experiment profiler-tune`: choose I-Prof's settings without touching the reported devices or seeds.
+"""`python -m lab run profiler-tune`: choose I-Prof's settings without touching the reported devices or seeds.
 
 Validation split: only the catalogue's 16 bootstrap phones take part (the 20 test phones that
 profiler-time and profiler-energy report on never do). They are sorted by name and dealt into four
@@ -132,7 +132,7 @@ def _markdown(s: dict[str, Any], results: list[dict[str, Any]]) -> str:
     lines = [
         "# I-Prof settings, tuned on a validation split (never on the reported phones or seeds)",
         "",
-        "Written by `fleet experiment profiler-tune`. Time SLO 3 s. Validation split: the catalogue's 16",
+        "Written by `python -m lab run profiler-tune`. Time SLO 3 s. Validation split: the catalogue's 16",
         "bootstrap phones only, sorted by name and dealt into 4 folds (phone i in fold i mod 4); per fold",
         "the cold start is collected on the other 12 phones and I-Prof vs MAUI runs on the 4 held-out",
         f"ones, {s['requests_per_phone']} requests each. Seeds {s['seeds']} (fold f of seed s runs with",

