@@ -46,7 +46,7 @@ def _plot(result: Result):
     return fig
 
 
-TINY = Experiment("staleness", TinyPlan(quick=True, points=3), TinyPlan(), _run, lambda r, p: "# tiny", _plot)
+TINY = Experiment("tiny", TinyPlan(quick=True, points=3), TinyPlan(), _run, lambda r, p: "# tiny", _plot)
 
 
 def test_the_runner_writes_the_record_markdown_and_plot(tmp_path):
@@ -57,7 +57,7 @@ def test_the_runner_writes_the_record_markdown_and_plot(tmp_path):
     assert json.loads((tmp_path / "tiny-quick.json").read_text()) == record
     assert (tmp_path / "tiny-quick.md").read_text() == "# tiny\n"
     assert (tmp_path / "tiny-quick.png").stat().st_size > 0
-    assert result.claims == []  # the staleness rows need its tables: none from this record
+    assert result.claims == []  # the results table cites no record named tiny
 
 
 def test_the_results_table_still_generates_from_the_committed_records():
