@@ -57,7 +57,7 @@ def save_figure(fig: Any, out_dir: Path, name: str) -> Path:
 
 
 def fmt(stats: dict[str, Any], digits: int = 0) -> str:
-    """'median (min–max)' and how many seeds were censored at the cap (experiments/stats.py): a median
+    """'median (min–max)' and how many seeds were censored at the cap (lab/experiments/stats.py): a median
     that censored runs make a lower bound reads '≥ …', a derived value with censored seeds '~ …'."""
     if stats.get("median") is None:
         return "—"
