@@ -238,65 +238,21 @@ def demo(
     )
 
 
-@app.command()
-def experiment(
-    name: Annotated[
-        str,
-        typer.Argument(
-            help="experiment name (fleet experiment list), or 'report': the table in docs/results/README.md"
-        ),
-    ],
-    quick: Annotated[bool, typer.Option(help="small, fast version (used by tests)")] = False,
-    out: Path | None = None,
-    seed: int = 0,
-    fresh: Annotated[bool, typer.Option(help="ignore runs cached by earlier invocations")] = False,
-) -> None:
-    """Reproduce a figure or table: writes PNG + JSON + markdown under docs/results/.
-
-    Runs are cached under docs/results/cache/ (not committed), keyed by every parameter and a hash of
-    the code, so an interrupted experiment resumes; --fresh recomputes every run."""
-    from experiments import EXPERIMENTS, RESULTS_DIR, run_experiment
-
-    if name == "list":
-        typer.echo("\n".join(sorted(EXPERIMENTS)) or "no experiments registered")
-        return
-    if name == "report":  # the results table in docs/results/README.md, from the results' JSON
-        from experiments.results_table import update_readme
-
-        page = Path(__file__).resolve().parent.parent / "docs" / "results" / "README.md"
-        typer.echo(update_readme(page, out or RESULTS_DIR))
-        return
-    result = run_experiment(name, quick=quick, out_dir=out or RESULTS_DIR, seed=seed, fresh=fresh)
-    typer.echo(result.get("summary", {}))
-
-
 app.command()(simulate)  # fleet/simulate.py: its many options live there
 
 
-@app.command()
-def bench(
-    names: Annotated[list[str], typer.Argument(help="benchmarks to run, or 'all'")],
-    quick: Annotated[bool, typer.Option(help="short runs (used by tests)")] = False,
-    topology: Annotated[
-        str, typer.Option(help="throughput of: single (one process) or workers (API workers + aggregator)")
-    ] = "single",
-) -> None:
-    """Measure the system against its limits; writes docs/results/performance.md and .json (and, for the
-    benchmarks with a report of their own, docs/results/NAME.md and .json)."""
-    from bench import BENCHMARKS, REPORTS, run_benchmarks, run_report
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True)
+def experiment() -> None:
+    """Moved: experiments are the lab's (python -m lab run NAME), outside the wheel."""
+    typer.echo("`fleet experiment` moved out of the package: from a checkout, `python -m lab run NAME`.")
+    raise typer.Exit(2)
 
-    if topology not in ("single", "workers"):
-        raise typer.BadParameter("--topology is single or workers")
-    if topology == "workers":  # the scale-out topology's report (docs/results/scale-out.md)
-        if names != ["throughput"]:
-            raise typer.BadParameter("--topology workers goes with the throughput benchmark only")
-        typer.echo(run_report("scale-out", quick=quick).get("summary", ""))
-        return
-    selected = sorted(BENCHMARKS) if names == ["all"] else names
-    for name in [n for n in selected if n in REPORTS]:
-        typer.echo(run_report(name, quick=quick).get("summary", ""))
-    if rest := [n for n in selected if n not in REPORTS]:
-        run_benchmarks(rest, quick=quick)
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True)
+def bench() -> None:
+    """Moved: benchmarks are the lab's (python -m lab run NAME), outside the wheel."""
+    typer.echo("`fleet bench` moved out of the package: from a checkout, `python -m lab run NAME`.")
+    raise typer.Exit(2)
 
 
 @model_app.command("export")

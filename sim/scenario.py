@@ -1,5 +1,5 @@
 """One fleet simulation from a handful of knobs, on either gradient backend: what `fleet simulate` and the
-Ray benchmark (bench/ray_sim.py) run, so that the command and the measured figures are the same code.
+Ray benchmark (lab/bench/ray_sim.py) run, so that the command and the measured figures are the same code.
 
 The fleet: non-IID MNIST (two sorted-label shards per device), devices whose speeds are drawn from the
 device catalogue (sim/device_catalog.csv: 12x spread from a Galaxy J5 to a Pixel 6) or the speed classes,
@@ -12,6 +12,7 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -37,20 +38,16 @@ class Scenario:
     eval_every: int = 0  # gradients between evaluations; 0: only before and after the run
 
 
-_WORKBENCHES: dict[str, Any] = {}
-
-
+@cache
 def workbench(model: str) -> Any:
-    """The MNIST workbench for a built-in model, one per process and model (its ONNX sessions and data
-    are loaded once). sim/ never imports experiments/ or bench/: they build on it."""
-    if model not in _WORKBENCHES:
-        from models.manifest import builtin
-        from sim.controlled import Workbench
-        from sim.data import load_mnist
+    """The MNIST workbench for a built-in model, one per process (ONNX sessions and data load once;
+    the lab's experiments share the CNN one)."""
+    from models.manifest import builtin
+    from sim.controlled import Workbench
+    from sim.data import load_mnist
 
-        train, test = load_mnist(seed=0)
-        _WORKBENCHES[model] = Workbench(builtin(model), train, test)
-    return _WORKBENCHES[model]
+    train, test = load_mnist(seed=0)
+    return Workbench(builtin(model), train, test)
 
 
 def catalog_speeds(count: int, flops_per_sample: float, rng: np.random.Generator) -> list[float]:

@@ -1,9 +1,9 @@
-"""End-to-end tests start real coordinator processes through server.process."""
+"""End-to-end tests start real coordinator processes through fleet.process."""
 
 from __future__ import annotations
 
-from server.process import ADMIN, ENROLL, free_port
-from server.process import ServerProcess as _ServerProcess
+from fleet.process import ADMIN, ENROLL, free_port
+from fleet.process import ServerProcess as _ServerProcess
 
 __all__ = ["ADMIN", "ENROLL", "ServerProcess", "free_port"]
 

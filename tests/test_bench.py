@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bench import run_benchmarks
-from bench.memory import installed_mb
+from lab.bench import run_benchmarks
+from lab.bench.memory import installed_mb
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ def test_client_dependencies_do_not_include_torch():
 
 def test_asgi_layer_runs_real_cycles_through_the_app():
     """bench.asgi drives the real app: every push of the warm-up and timed cycles is applied (K = 1)."""
-    from bench.asgi import asgi_run
+    from lab.bench.asgi import asgi_run
 
     run = asgi_run("mnist_cnn", devices=3, cycles=2)
     assert run["version"] == 3 * (1 + 2)
@@ -54,7 +54,7 @@ def test_asgi_layer_runs_real_cycles_through_the_app():
 
 def test_asgi_layers_split_the_cycle_cpu():
     """bench.asgi's per-layer CPU: every route and inner layer measured, and the instruments removed after."""
-    from bench.asgi import asgi_run
+    from lab.bench.asgi import asgi_run
     from server.api.routes import tasks
 
     decode = tasks.decode_tensor
@@ -76,21 +76,23 @@ def test_asgi_layers_split_the_cycle_cpu():
 
 
 def test_simulator_benchmark_runs_the_asked_number_of_events():
-    from bench.simulator import measure
+    from lab.bench.simulator import measure
 
     row = measure(1_000, 300)
     assert row["events"] == 300 and row["gradients"] > 0
 
 
 def test_fuzz_report_quick_writes_its_results(tmp_path):
-    """`fleet bench fuzz --quick`: schemathesis against a live server, its counts in fuzz-quick.md/.json."""
-    from bench import REPORTS, run_report
+    """`python -m lab run fuzz --quick`: schemathesis against a live server, counts in fuzz-quick.md/.json."""
+    from lab.bench import run_report
+    from lab.runner import BENCHMARKS as REPORTS
 
-    assert REPORTS["fuzz"] == "bench.fuzz"
+    assert REPORTS["fuzz"] == "lab.bench.fuzz"
     result = run_report("fuzz", quick=True, out_dir=tmp_path)
     run = result["runs"]["sqlite"]
     assert run["operations"] == 26 and run["requests"] >= 26 and run["server_errors"] == 0
     assert run["failures"] == [] and sum(run["status_counts"].values()) == run["requests"]
     saved = json.loads((tmp_path / "fuzz-quick.json").read_text())
-    assert saved["schemathesis"] == result["schemathesis"] and saved["command"] == "fleet bench fuzz --quick"
+    assert saved["schemathesis"] == result["schemathesis"]
+    assert saved["command"] == "python -m lab run fuzz --quick"
     assert "| sqlite | 26 |" in (tmp_path / "fuzz-quick.md").read_text()

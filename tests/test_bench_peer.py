@@ -1,4 +1,4 @@
-"""`fleet bench peer`: the shared workload, the censoring rules, and short real runs of both sides."""
+"""`python -m lab run peer`: the shared workload, the censoring rules, and short real runs of both sides."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import psutil
 import pytest
 
-from bench.peer import parse_arm
-from bench.peer_fleet import FleetArm
-from bench.peer_flower_run import FlowerArm, flower_python, run_flower_arm
-from bench.peer_report import time_to, work_to
-from bench.peer_workload import BUNDLE, PER_DEVICE, init_params, params_sha256, write_workload
+from lab.bench.peer import parse_arm
+from lab.bench.peer_fleet import FleetArm
+from lab.bench.peer_flower_run import FlowerArm, flower_python, run_flower_arm
+from lab.bench.peer_report import time_to, work_to
+from lab.bench.peer_workload import BUNDLE, PER_DEVICE, init_params, params_sha256, write_workload
 
 
 def test_workload_is_deterministic_and_the_same_for_both_systems(tmp_path):
@@ -67,7 +67,7 @@ def _no_leftovers(marker: str) -> list[str]:
 
 @pytest.mark.slow
 def test_quick_fleet_side(tmp_path, monkeypatch):
-    from bench.peer import main
+    from lab.bench.peer import main
     from server.settings import Settings
 
     monkeypatch.setenv("FLEET_PEER_FLOWER", "0")
@@ -90,7 +90,7 @@ def test_quick_fleet_side(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(flower_python() is None, reason="no Flower venv (fleet bench peer creates it)")
+@pytest.mark.skipif(flower_python() is None, reason="no Flower venv (python -m lab run peer creates it)")
 def test_quick_flower_side(tmp_path):
     workload = write_workload(tmp_path / "workload", 3)
     workdir = tmp_path / "flower"

@@ -15,8 +15,15 @@ runner = CliRunner()
 def test_help_lists_the_commands():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("serve", "worker", "demo", "model", "data", "experiment"):
+    for command in ("serve", "worker", "demo", "model", "data"):
         assert command in result.output
+
+
+def test_experiment_and_bench_point_to_the_lab():
+    """The wheel never imports the lab: `fleet experiment` / `fleet bench` only say where they went."""
+    for command in (["experiment", "staleness", "--quick"], ["bench", "all"]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2 and "python -m lab run" in result.output
 
 
 def test_data_prepare_writes_non_iid_shards(tmp_path):

@@ -172,10 +172,11 @@ def test_bad_sampling_inputs_raise_value_error():
 
 @pytest.mark.slow  # a torch export or a benchmark run: the slow tier
 def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
-    """`fleet bench dp --quick`: both models and thread counts, its own files and a performance.md section."""
-    from bench import REPORTS, run_report
+    """`python -m lab run dp --quick`: both models and thread counts, own files, a performance.md section."""
+    from lab.bench import run_report
+    from lab.runner import BENCHMARKS as REPORTS
 
-    assert REPORTS["dp"] == "bench.dp_overhead"
+    assert REPORTS["dp"] == "lab.bench.dp_overhead"
     result = run_report("dp", quick=True, out_dir=tmp_path)
     assert {(r["model"], r["threads"]) for r in result["table"]} == {
         (m, t) for m in ("mnist_cnn", "mlp") for t in (1, 2)

@@ -6,7 +6,7 @@ import copy
 import json
 from pathlib import Path
 
-from experiments.dp_staleness_report import reading_applies
+from lab.experiments.dp_staleness_report import reading_applies
 
 COMMITTED = json.loads((Path(__file__).parents[1] / "docs/results/dp-staleness.json").read_text())["summary"]
 

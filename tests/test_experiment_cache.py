@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments import cache, stats
-from experiments.protocol import Job
+from lab import cache
+from lab.experiments import stats
+from lab.experiments.protocol import Job
 
 
 def test_a_missed_run_counts_as_the_cap_and_marks_the_median():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from client import GradientSession
-from experiments import run_experiment, wire_float16
+from lab.experiments import run_experiment, wire_float16
 from server.strategies import AdaSGD
 
 pytestmark = pytest.mark.slow  # an experiment's training runs: the slow tier

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import EXPERIMENTS, run_experiment
+from lab.experiments import EXPERIMENTS, run_experiment
 
 pytestmark = pytest.mark.slow  # live experiments (quick plans) train for seconds each: the slow tier
 
@@ -24,7 +24,7 @@ def test_registry_names_every_experiment():
 @pytest.mark.timeout(120)
 def test_staleness_quick_orders_strategies(tmp_path):
     run_experiment("staleness", quick=True, out_dir=tmp_path)
-    data = outputs_exist(tmp_path, "staleness")
+    data = outputs_exist(tmp_path, "staleness-quick")
     rows = data["summary"]["tables"]["D2/a"]
     final = {v: r["final_accuracy"][0] for v, r in rows.items()}
     # 100 updates under D2 are too few to separate the async strategies robustly (all near 10%); the
@@ -54,7 +54,7 @@ def test_staleness_quick_orders_strategies(tmp_path):
 @pytest.mark.timeout(120)
 def test_long_tail_quick_writes_recall_and_weights(tmp_path):
     data = run_experiment("long-tail", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "long-tail")
+    outputs_exist(tmp_path, "long-tail-quick")
     for v in ("adasgd", "dynsgd"):
         series = data["series"][v]
         assert len(series["recall0"]) == len(series["updates"]) and series["weights"]
@@ -76,7 +76,7 @@ def test_long_tail_quick_writes_recall_and_weights(tmp_path):
 @pytest.mark.timeout(120)
 def test_pruning_quick_drops_about_the_asked_fraction(tmp_path):
     data = run_experiment("pruning", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "pruning")
+    outputs_exist(tmp_path, "pruning-quick")
     rows = {r["p"]: r for r in data["summary"]["rows"]}
     assert rows[0.0]["fraction_dropped"]["median"] == 0.0
     assert 0.25 < rows[0.392]["fraction_dropped"]["median"] < 0.5
@@ -85,7 +85,7 @@ def test_pruning_quick_drops_about_the_asked_fraction(tmp_path):
 @pytest.mark.timeout(150)
 def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
     data = run_experiment("async-vs-sync", quick=True, out_dir=tmp_path)
-    outputs_exist(tmp_path, "async-vs-sync")
+    outputs_exist(tmp_path, "async-vs-sync-quick")
     table = data["summary"]["tables"]["a"]["arms"]
     assert table["ssgd-wait-all"]["staleness_median"] == [0.0]
     assert table["adasgd"]["staleness_median"][0] > 0
@@ -235,7 +235,7 @@ def test_kardam_quick_counts_drops_by_sender_and_filter(tmp_path):
 
 
 def test_kardam_live_verdict_counts_the_gap_in_test_digits():
-    from experiments.kardam_live import verdict, within
+    from lab.experiments.kardam_live import verdict, within
 
     assert 0.881 - 0.861 > 0.02 and within(0.881 - 0.861)  # exactly 20 of 1,000 digits
     assert not within(0.882 - 0.861)
@@ -248,7 +248,7 @@ def test_kardam_live_verdict_counts_the_gap_in_test_digits():
 
 
 def test_kardam_live_table_reports_every_seed_and_the_median_verdict():
-    from experiments.kardam_report import live_markdown
+    from lab.experiments.kardam_report import live_markdown
 
     def fleet(accuracy: float, attackers: int) -> dict:
         return {"accuracy": accuracy, "version": 100, "gradients": 600, "attacker_applied": 1,

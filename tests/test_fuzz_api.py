@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from bench.fuzz import CHECKS, fuzz_live
+from lab.bench.fuzz import CHECKS, fuzz_live
 from models.manifest import builtin
 from server.api.schemas import MAX_VERSION
 from tests.conftest import ADMIN, ENROLL, FEATURES

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments import EXPERIMENTS, run_experiment
+from lab.experiments import EXPERIMENTS, run_experiment
 
 pytestmark = pytest.mark.slow  # live profiler experiments: the slow tier
 
@@ -32,7 +32,7 @@ def test_quick_experiment_writes_png_json_markdown(name: str, tmp_path) -> None:
 
 def test_tuning_never_sees_the_reported_phones_or_seeds() -> None:
     """profiler-tune scores held-out bootstrap phones only; each fold's cold start excludes them."""
-    from experiments.profiler_tune import TUNING_SEEDS, folds
+    from lab.experiments.profiler_tune import TUNING_SEEDS, folds
     from sim.devices import load_catalog, split_roles
 
     boot, test = split_roles(load_catalog())

@@ -7,7 +7,7 @@ import os
 import psutil
 import pytest
 
-from experiments.live_device import EmulatedBattery, LiveFeatures, Thermal
+from lab.experiments.live_device import EmulatedBattery, LiveFeatures, Thermal
 from sim.devices import load_catalog
 
 

@@ -1,6 +1,6 @@
 """Faults under load: a database that goes away answers 503 with Retry-After (never 500) and the
 coordinator recovers by itself; a SIGKILLed coordinator loses nothing it acknowledged. Short versions
-of `fleet bench chaos` (docs/results/reliability.md has the long ones)."""
+of `python -m lab run chaos` (docs/results/reliability.md has the long ones)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from bench.chaos import kill_phase, outage_phase
-from bench.faults import postgres_outage, postgres_server_url
+from lab.bench.chaos import kill_phase, outage_phase
 from server.core.errors import StorageUnavailable
 from tests.conftest import settings_for
+from tests.support.postgres import postgres_outage, postgres_server_url
 
 
 @pytest.fixture
@@ -96,11 +96,11 @@ def test_server_url_default_is_local():
 
 @pytest.mark.slow
 def test_quick_soak_writes_its_figures_and_the_report(tmp_path):
-    from bench.soak import main
+    from lab.bench.soak import main
 
     result = main(quick=True, out_dir=tmp_path)
     assert result["answers_5xx"] == 0 and result["exactly_once"] and result["acknowledged"] > 50
     assert 20 < result["rss_mib"]["start"] < 2000 and result["rss_mib"]["end"] > 20
     report = (tmp_path / "reliability-quick.md").read_text()
     assert f"| gradients acknowledged | {result['acknowledged']:,} " in report
-    assert "Not run yet: `fleet bench chaos`" in report
+    assert "Not run yet: `python -m lab run chaos`" in report

@@ -149,7 +149,7 @@ def _exactly_once(phase: dict) -> None:
 @pytest.mark.slow
 @needs_redis
 def test_kill_9_of_a_worker_the_aggregator_and_redis_loses_nothing_acknowledged(tmp_path, postgres_database):
-    from bench.topology import kill_phase
+    from lab.bench.topology import kill_phase
 
     phase = kill_phase(tmp_path, postgres_database, workers=2, devices=6, seconds=16)
     _exactly_once(phase)
@@ -164,9 +164,9 @@ def test_kill_9_of_a_worker_the_aggregator_and_redis_loses_nothing_acknowledged(
 def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_first_then_exits(
     tmp_path, postgres_database
 ):
-    from bench.chaos import USER_LIMITS, Load
-    from bench.ledger import audit
-    from server.scale.processes import AggregatorProcess, Topology, drained
+    from fleet.topology import AggregatorProcess, Topology, drained
+    from lab.bench.chaos import USER_LIMITS, Load
+    from lab.bench.ledger import audit
 
     with Topology(tmp_path, postgres_database, workers=1, **USER_LIMITS) as topology:
         first = topology.aggregator
@@ -198,8 +198,8 @@ def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_firs
 def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_database):
     import httpx
 
-    from server.process import ADMIN
-    from server.scale.processes import Topology
+    from fleet.process import ADMIN
+    from fleet.topology import Topology
     from sim.data import write_shards
     from tests.test_end_to_end import start_workers
 
@@ -243,7 +243,7 @@ def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_dat
 
 
 def test_the_aggregator_benchmark_drains_every_push_once():
-    from bench.scale_out import aggregator_rate
+    from lab.bench.scale_out import aggregator_rate
 
     rate = aggregator_rate("mnist_cnn", 120, batch=32)
     assert rate["versions made"] == 120 and rate["updates/s"] > 0 and rate["aggregator CPU µs/update"] > 0

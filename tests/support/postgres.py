@@ -1,4 +1,5 @@
-"""PostgreSQL for tests: one migrated template per test session, a fresh database copied from it per test.
+"""PostgreSQL for tests (and the lab's benchmarks): one migrated template per test session, a fresh
+database copied from it per test, and an outage of one database.
 
 Copying a template (``CREATE DATABASE … TEMPLATE``) takes a few tens of milliseconds; running the five
 migrations on every fresh database took about a second each. Every database carries a random name and is
@@ -11,7 +12,7 @@ import functools
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from sqlalchemy.engine import make_url
 
@@ -19,8 +20,11 @@ DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def server_url() -> str:
-    """The server tests use: FLEET_TEST_DATABASE_URL, else the local one."""
+    """The server tests and benchmarks use: FLEET_TEST_DATABASE_URL, else the local one."""
     return os.environ.get("FLEET_TEST_DATABASE_URL", DEFAULT_POSTGRES)
+
+
+postgres_server_url = server_url
 
 
 def _libpq(url: str) -> str:
@@ -93,3 +97,36 @@ def scratch_database(url: str, *, migrated: bool = True) -> Iterator[str]:
     finally:
         with psycopg.connect(_libpq(url), autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def scratch_postgres_database(url: str) -> AbstractContextManager[str]:
+    """A new, empty database (the benchmarks migrate it themselves), dropped afterwards."""
+    return scratch_database(url, migrated=False)
+
+
+def _admin_dsn(url: str) -> tuple[str, str]:
+    """(libpq DSN of the server's `postgres` database, the name of ``url``'s database)."""
+    parsed = make_url(url)
+    admin = parsed.set(drivername="postgresql", database="postgres")
+    return admin.render_as_string(hide_password=False), str(parsed.database)
+
+
+@contextmanager
+def postgres_outage(url: str) -> Iterator[None]:
+    """While inside: ``url``'s database refuses new connections and its open ones are dropped — an
+    outage of that one database, which leaves the server's other databases (other tests) alone."""
+    import psycopg
+
+    dsn, name = _admin_dsn(url)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
+    try:
+        yield
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')

@@ -1,0 +1,343 @@
+"""The results table, generated from the results' JSON: every claim, flattering or not.
+
+`python -m lab report` rewrites the block between the two markers in docs/results/README.md; a test checks
+that the committed page matches what the committed results say. Each row reads one summary and states
+the comparison as measured (censored runs marked as in the tables), the thesis figure or target, and
+the file with the ranges, settings and command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from lab.render import fmt
+from lab.render import number as _num
+from lab.render import read_results as _load
+from lab.render import results_link as _link
+from lab.results_table_scale import SCALE_SECTIONS
+from lab.results_table_seeds import SEED_SECTIONS
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+Row = tuple[str, str, str, str]  # claim, measured, thesis / target, file
+
+
+def _cell(table: dict[str, Any], variant: str, field: str, digits: int = 0) -> str:
+    row = table.get(variant)
+    return fmt(row[field], digits) if row and field in row else "—"
+
+
+def staleness_rows(data: dict[str, Any], name: str = "staleness", label: str = "non-IID") -> Iterator[Row]:
+    s = data["summary"]
+    dists = [d for d in ("D1", "D2") if f"{d}/a" in s["tables"]]
+    thesis = " / ".join(str(s["thesis_saving_pct"][d]) for d in dists)
+    for proto, how in (("b", "each strategy at its tuned rate"), ("a", f"shared rate {s['shared_lr']}")):
+        cells = " / ".join(
+            _cell(s["tables"][f"{d}/{proto}"], "adasgd", "saving_over_dynsgd_pct", 1) for d in dists
+        )
+        yield (
+            f"AdaSGD's saving in updates to 80% vs DynSGD, {label} MNIST, {' / '.join(dists)}, {how} (%)",
+            cells,
+            thesis,
+            _link(f"{name}.md"),
+        )
+    for d in dists:
+        t = s["tables"][f"{d}/b"]
+        yield (
+            f"updates to 80%, {label} {d}, each at its tuned rate: AdaSGD / DynSGD / FedAvg-async",
+            " / ".join(_cell(t, v, "updates_to_80") for v in ("adasgd", "dynsgd", "fedavg-async")),
+            "AdaSGD fewest",
+            _link(f"{name}.md"),
+        )
+    if default := s.get("default"):
+        yield (
+            f"updates to 80%, {label} {' / '.join(dists)}: the default ({default}, untuned) vs DynSGD tuned",
+            " / ".join(
+                f"{_cell(s['tables'][f'{d}/b'], default, 'updates_to_80')} vs "
+                f"{_cell(s['tables'][f'{d}/b'], 'dynsgd', 'updates_to_80')}"
+                for d in dists
+            ),
+            "≤ DynSGD tuned",
+            _link(f"{name}.md"),
+        )
+    statuses = [r for d in dists for r in s["tables"][f"{d}/a"].get("fedavg-async", {}).get("status", [])]
+    if statuses:
+        yield (
+            f"FedAvg-async at the shared rate {s['shared_lr']}, {label}",
+            f"reaches 80% in {statuses.count('reached')} of {len(statuses)} runs",
+            "fails",
+            _link(f"{name}.md"),
+        )
+
+
+def dp_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """Thesis Fig. 3.11 (issue 15): AdaSGD vs DynSGD under DP-SGD at each ε, each at its tuned rate."""
+    s = data["summary"]
+    eps = [e for e in s["epsilons"] if f"{e}/b" in s["tables"]]
+    names = " / ".join("∞" if e == "inf" else e for e in eps)
+    yield (
+        f"AdaSGD's saving in updates to 80% vs DynSGD under DP-SGD, IID MNIST, D2, ε = {names}, "
+        "each at its tuned rate (%)",
+        " / ".join(_cell(s["tables"][f"{e}/b"], "adasgd", "saving_over_dynsgd_pct", 1) for e in eps),
+        "AdaSGD ahead at every ε (≥ 0)",
+        _link("dp-staleness.md"),
+    )
+    yield (
+        f"test accuracy at the cap ({s['cap']:,} updates) under DP, ε = {names}: AdaSGD / DynSGD",
+        " / ".join(
+            f"{s['tables'][f'{e}/b']['adasgd']['final_accuracy']['median']:.3f} vs "
+            f"{s['tables'][f'{e}/b']['dynsgd']['final_accuracy']['median']:.3f}"
+            for e in eps
+        ),
+        "smaller ε slows both",
+        _link("dp-staleness.md"),
+    )
+
+
+def long_tail_rows(data: dict[str, Any]) -> Iterator[Row]:
+    protocols = data["summary"]["protocols"]
+    yield (
+        "long tail: AdaSGD / DynSGD updates until class-0 recall ≥ 50%, (b) tuned rates / (a) shared rate",
+        " / ".join(fmt(protocols[p]["ratio_adasgd_over_dynsgd"], 2) for p in ("b", "a") if p in protocols),
+        "≤ 0.5",
+        _link("long-tail.md"),
+    )
+
+
+def async_rows(data: dict[str, Any]) -> Iterator[Row]:
+    s = data["summary"]
+    for arm in ("ssgd-wait-all", "ssgd-production", "fedbuff", "default"):
+        if arm not in s["tables"]["b"]["time_over_adasgd"]:
+            continue
+        cells = [fmt(s["tables"][p]["time_over_adasgd"][arm], 2) for p in ("b", "a") if p in s["tables"]]
+        yield (
+            f"virtual time to 80%, {arm} / AdaSGD, {s['devices']} devices with a 7.2x speed spread, "
+            "(b) tuned rates / (a) shared rate",
+            " / ".join(cells),
+            {"ssgd-wait-all": "≥ 3 (SSGD waiting for all)", "default": "≤ 1, untuned"}.get(arm, "> 1"),
+            _link("async-vs-sync.md"),
+        )
+
+
+def default_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """The shipped default, untuned, against the best tuned candidate, per simulated workload."""
+    s = data["summary"]
+    default = next(name for name in s["table"] if "(default" in name)
+    for workload in (w for w in s["table"][default] if w != "lr"):
+        rows = s["table"].items()
+        tuned = {n: row[workload] for n, row in rows if n != default and workload in row}
+        # a run that diverged or missed the target ranks after every run that reached it
+        best = min(
+            tuned,
+            key=lambda n: (
+                tuned[n]["diverged"] > 0,
+                tuned[n]["time"]["median_mark"] != "",
+                tuned[n]["time"]["median"],
+            ),
+        )
+        yield (
+            f"virtual s to 90%, {workload}: the default ({s['default']}, γ={s['default_rate']}, untuned) / "
+            f"the best tuned candidate ({best})",
+            f"{fmt(s['table'][default][workload]['time'], 1)} / {fmt(tuned[best]['time'], 1)}"
+            + (f", {tuned[best]['diverged']} diverged" if tuned[best]["diverged"] else ""),
+            "within 1.1x",
+            _link("default-search.md"),
+        )
+
+
+def peer_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """`python -m lab run peer`: wall time to 90% on one machine, Fleet's default against Flower and
+    against Fleet's tuned arms, and the default at a quarter and four times its rate."""
+    arms = data["summary"]["arms"]
+    default = arms.get("fleet")
+    if default is None:
+        return
+
+    def secs(arm: dict[str, Any]) -> str:
+        return ("≥ " if arm["time_to_90_censored"] else "") + f"{arm['time_to_90_s']:.1f}"
+
+    flower = arms[data["summary"]["flower_best"]]
+    yield (
+        "wall s to 90%, peer workload (20 devices, non-IID): Fleet's default untuned / Flower FedAvg best",
+        f"{secs(default)} / {secs(flower)} "
+        f"({default['ratio_mark_90']}{default['ratio_to_flower_best_90']:.2f}x)",
+        "≤ 0.3x",
+        _link("peer-flower.md"),
+    )
+    # every Fleet arm with a strategy and rate of its own (not the default, nor the default × a factor)
+    tuned = {n: a for n, a in arms.items() if a["system"] == "fleet" and n.count(":") >= 2}
+    if tuned:
+        name = min(tuned, key=lambda n: tuned[n]["time_to_90_s"])
+        ratio = default["time_to_90_s"] / tuned[name]["time_to_90_s"]
+        yield (
+            "wall s to 90%, peer workload: Fleet's default untuned / the best tuned Fleet arm",
+            f"{secs(default)} / {secs(tuned[name])} ({tuned[name]['configuration']}): {ratio:.2f}x",
+            "≤ 1.1x",
+            _link("peer-flower.md"),
+        )
+    if "fleet:x0.25" in arms and "fleet:x4" in arms:
+        yield (
+            "wall s to 90%, peer workload: the default at ×0.25 / ×4 its rate",
+            f"{secs(arms['fleet:x0.25'])} / {secs(arms['fleet:x4'])}",
+            "no divergence",
+            _link("peer-flower.md"),
+        )
+
+
+def pruning_rows(data: dict[str, Any]) -> Iterator[Row]:
+    rows = {(r["kind"], r["p"]): r for r in data["summary"]["rows"]}
+    for key, claim, thesis in (
+        (("size", 0.392), "dropping the 39% smallest batches: accuracy points lost", "< 2.2"),
+        (("similarity", 0.17), "dropping the 17% most similar requests: accuracy points lost", "4.8"),
+    ):
+        if key in rows:
+            yield claim, fmt(rows[key]["accuracy_loss_points"], 1), thesis, _link("pruning.md")
+
+
+def _share(value: Any) -> str:
+    return "—" if value is None else f"{value:.0%}"
+
+
+def _pair(summary: dict[str, Any], iprof: str, maui: str) -> str:
+    """'I-Prof share (MAUI share)'."""
+    return f"{_share(summary.get(iprof))} ({_share(summary.get(maui))})"
+
+
+def _live_rows(summary: dict[str, Any], figure: str, target: str, file: str) -> Iterator[Row]:
+    """The live comparison's rows: one worker per core, and workers sharing cores."""
+    for key, label in (("live", "one worker per core"), ("live_shared", "workers sharing cores")):
+        if summary.get(f"{key}_iprof_p90_fraction") is not None:
+            yield (
+                f"I-Prof (MAUI) p90 {figure}, live, {label}",
+                f"{summary[f'{key}_iprof_p90_fraction']:.2f} ({summary[f'{key}_maui_p90_fraction']:.2f})",
+                target,
+                _link(file),
+            )
+
+
+def profiler_time_rows(time_: dict[str, Any]) -> Iterator[Row]:
+    if time_ is not None:
+        s = time_["summary"]
+        yield (
+            "I-Prof (MAUI) p90 |t − 3 s|, simulation, 20 test phones, mean of 5 seeds",
+            f"{_num(s.get('sim_iprof_p90_s_mean'), 2, ' s')} ({_num(s.get('sim_maui_p90_s_mean'), 2, ' s')})",
+            "≤ 0.75 s (2.7 s)",
+            _link("profiler-time.md"),
+        )
+        yield (
+            "share of tasks over the 3 s SLO, simulation: I-Prof (MAUI)",
+            _pair(s, "sim_iprof_over_slo_share_mean", "sim_maui_over_slo_share_mean"),
+            "low",
+            _link("profiler-time.md"),
+        )
+        yield from _live_rows(s, "|t − SLO| / SLO", "≤ 0.25 (I-Prof below MAUI)", "profiler-time.md")
+        if s.get("fast_device_tasks_to_target") is not None:
+            yield (
+                "tasks until a real unslowed worker gets its SLO-sized batch (or max_batch), default server",
+                str(s["fast_device_tasks_to_target"]),
+                "a few",
+                _link("profiler-time.md"),
+            )
+
+
+def profiler_energy_rows(energy: dict[str, Any]) -> Iterator[Row]:
+    if energy is not None:
+        s = energy["summary"]
+        yield (
+            "I-Prof (MAUI) p90 energy deviation, simulation, mean of 5 seeds",
+            f"{_num(s.get('sim_iprof_p90_percent_mean'), 3, '%')} "
+            f"({_num(s.get('sim_maui_p90_percent_mean'), 3, '%')})",
+            "≤ 0.01% (0.19%)",
+            _link("profiler-energy.md"),
+        )
+        yield from _live_rows(
+            s, "energy deviation / SLO", "≤ 0.133 (I-Prof below MAUI)", "profiler-energy.md"
+        )
+        yield (
+            "share of tasks over the energy SLO, simulation: I-Prof (MAUI)",
+            _pair(s, "sim_iprof_over_slo_share_mean", "sim_maui_over_slo_share_mean"),
+            "low",
+            _link("profiler-energy.md"),
+        )
+
+
+def performance_rows(data: dict[str, Any]) -> Iterator[Row]:
+    benchmarks = data["benchmarks"]
+    throughput = benchmarks.get("throughput", {}).get("table", [])
+    at200 = {r["model"]: r for r in throughput if r["devices"] == 200}
+    if at200:
+        yield (
+            "durable pushes/s over HTTP, CNN / MLP, 200 devices (push p99 ms)",
+            " / ".join(
+                f"{at200[m]['pushes/s']} ({at200[m]['push p50/p99 ms'].split('/')[-1].strip()})"
+                for m in at200
+            ),
+            "500 / 200 (p99 ≤ 100)",
+            _link("performance.md"),
+        )
+    gradient = benchmarks.get("gradient", {}).get("table", [])
+    if gradient:
+        yield (
+            "onnxruntime / torch gradient time, CNN / MLP at 1 thread",
+            " / ".join(f"{r['ratio']:.2f}" for r in gradient if r["threads"] == 1),
+            " / ".join(r["target"] for r in gradient if r["threads"] == 1),
+            _link("performance.md"),
+        )
+
+
+def wire_rows(data: dict[str, Any]) -> Iterator[Row]:
+    s = data["summary"]
+    yield (
+        "float16 on the wire: accuracy points lost (mean ± sd over seeds)",
+        f"{s['loss_points_mean']:.2f} ± {s['loss_points_std']:.2f}",
+        "< 0.5",
+        _link("wire-float16.md"),
+    )
+
+
+# record (docs/results/NAME.json) → the rows it supports, in the table's order: an entry's claims
+SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
+    ("staleness", staleness_rows),
+    ("iid", lambda data: staleness_rows(data, "iid", "IID")),
+    ("dp-staleness", dp_rows),
+    ("long-tail", long_tail_rows),
+    ("async-vs-sync", async_rows),
+    ("default-search", default_rows),
+    ("peer-flower", peer_rows),
+    ("pruning", pruning_rows),
+    ("profiler-time", profiler_time_rows),
+    ("profiler-energy", profiler_energy_rows),
+    ("performance", performance_rows),
+    ("wire-float16", wire_rows),
+    *SCALE_SECTIONS,
+    *SEED_SECTIONS,
+)
+
+
+def claims(record_name: str, record: dict[str, Any]) -> list[Row]:
+    """The results-table rows one record supports (none for a record the table does not cite)."""
+    return [row for name, rows in SECTIONS if name == record_name for row in rows(record)]
+
+
+def table(results: Path) -> str:
+    """The markdown table of every row the results in ``results`` support."""
+    lines = ["| claim | measured | thesis / target | file |", "|---|---|---|---|"]
+    for name, section in SECTIONS:
+        data = _load(results, name)
+        if data is None:
+            continue
+        lines += ["| " + " | ".join(cell.replace("|", r"\|") for cell in row) + " |" for row in section(data)]
+    return "\n".join(lines)
+
+
+def update_readme(readme: Path, results: Path) -> str:
+    """Rewrite the block between the markers in ``readme``; returns the table written."""
+    text = readme.read_text()
+    if START not in text or END not in text:
+        raise ValueError(f"{readme} has no {START} … {END} block")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    block = table(results)
+    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+    return block

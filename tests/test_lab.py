@@ -1,0 +1,82 @@
+"""The lab's contract and runner (lab/): plans are data, the runner writes the files, the CLI lists."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from lab.__main__ import app
+from lab.contract import Context, Experiment, Plan, Result
+from lab.runner import ENTRIES, entry, write
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_entry_has_a_quick_and_a_full_plan_as_dataclasses():
+    for name in ENTRIES:
+        e = entry(name)
+        assert isinstance(e, Experiment), name
+        assert dataclasses.is_dataclass(e.quick) and dataclasses.is_dataclass(e.full), name
+        assert e.quick.quick and not e.full.quick, name
+        assert type(e.quick) is type(e.full), name
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TinyPlan(Plan):
+    points: int = 10
+
+
+def _run(plan: TinyPlan, ctx: Context) -> Result:
+    with ctx.steps("points", plan.points) as steps:
+        for _ in range(plan.points):
+            steps.advance()
+    return Result({"points": plan.points, "quick": plan.quick}, series={"x": list(range(plan.points))})
+
+
+def _plot(result: Result):
+    from lab.render import figure
+
+    fig, axes = figure(1)
+    axes[0].plot(result.series["x"])
+    return fig
+
+
+TINY = Experiment("tiny", TinyPlan(quick=True, points=3), TinyPlan(), _run, lambda r, p: "# tiny", _plot)
+
+
+def test_the_runner_writes_the_record_markdown_and_plot(tmp_path):
+    plan = TINY.plan(quick=True)
+    result = _run(plan, Context("tiny-quick"))
+    record = write(TINY, plan, result, tmp_path, "tiny-quick")
+    assert record == {"summary": {"points": 3, "quick": True}, "series": {"x": [0, 1, 2]}}
+    assert json.loads((tmp_path / "tiny-quick.json").read_text()) == record
+    assert (tmp_path / "tiny-quick.md").read_text() == "# tiny\n"
+    assert (tmp_path / "tiny-quick.png").stat().st_size > 0
+    assert result.claims == []  # the results table cites no record named tiny
+
+
+def test_the_results_table_still_generates_from_the_committed_records():
+    from lab.results_table import END, START, table
+
+    readme = (ROOT / "README.md").read_text()
+    assert table(ROOT / "docs" / "results") == readme.split(START)[1].split(END)[0].strip()
+
+
+def test_cli_lists_experiments_and_benchmarks():
+    result = CliRunner().invoke(app, ["list"])
+    assert result.exit_code == 0
+    assert "staleness" in result.output and "performance" in result.output
+
+
+def test_the_wheel_never_imports_the_lab():
+    code = (
+        "import sys, fleet.cli, fleet.process, sim.scenario; "
+        "print(any(m == 'lab' or m.startswith('lab.') for m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
