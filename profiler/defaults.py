@@ -1,6 +1,6 @@
 """The I-Prof settings a default `fleet serve` runs, and that the profiler experiments report.
 
-Chosen by `fleet experiment profiler-tune` (docs/results/profiler-tune.md) on a validation split of
+Chosen by `python -m lab run profiler-tune` (docs/results/profiler-tune.md) on a validation split of
 the simulated catalogue's bootstrap phones with their own seeds; the 20 test phones and the seeds the
 experiments report were never used to choose them. The constructor defaults of ``IProf`` stay the
 spec's plain PA-I (C = 0.1, no feature treatment), so the thesis's behaviour remains one call away.
