@@ -158,7 +158,7 @@ def test_pause_and_resume_change_what_devices_get(page, fleet: Fleet):
 
 def test_a_new_learning_rate_is_used_by_the_coordinator(page, fleet: Fleet):
     page.goto("/admin/settings")
-    page.fill("#f-learning_rate", "0.0625")
+    page.fill('[name="strategy.learning_rate"]', "0.0625")
     page.get_by_role("button", name="Apply and save").click()
     page.wait_for_url(re.compile(r"msg=saved"))
     assert fleet.stats()["strategy"]["learning_rate"] == pytest.approx(0.0625)
@@ -170,7 +170,7 @@ def test_a_new_learning_rate_is_used_by_the_coordinator(page, fleet: Fleet):
 
 def test_invalid_settings_are_refused_and_nothing_changes(page, fleet: Fleet):
     page.goto("/admin/settings")
-    page.fill("#f-learning_rate", "-1")
+    page.fill('[name="strategy.learning_rate"]', "-1")
     page.get_by_role("button", name="Apply and save").click()
     assert page.locator(".flash.error").is_visible()
     assert fleet.stats()["strategy"]["learning_rate"] == pytest.approx(0.0625)
