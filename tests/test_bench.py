@@ -96,3 +96,32 @@ def test_fuzz_report_quick_writes_its_results(tmp_path):
     assert saved["schemathesis"] == result["schemathesis"]
     assert saved["command"] == "python -m lab run fuzz --quick"
     assert "| sqlite | 26 |" in (tmp_path / "fuzz-quick.md").read_text()
+
+
+def test_quick_soak_writes_its_figures_and_the_report(tmp_path):
+    from lab.bench.soak import main
+
+    result = main(quick=True, out_dir=tmp_path)
+    assert result["answers_5xx"] == 0 and result["exactly_once"] and result["acknowledged"] > 50
+    assert 20 < result["rss_mib"]["start"] < 2000 and result["rss_mib"]["end"] > 20
+    report = (tmp_path / "reliability-quick.md").read_text()
+    assert f"| gradients acknowledged | {result['acknowledged']:,} " in report
+    assert "Not run yet: `python -m lab run chaos`" in report
+
+
+def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
+    """`python -m lab run dp --quick`: both models and thread counts, own files, a performance.md section."""
+    from lab.bench import run_report
+    from lab.runner import BENCHMARKS as REPORTS
+
+    assert REPORTS["dp"] == "lab.bench.dp_overhead"
+    result = run_report("dp", quick=True, out_dir=tmp_path)
+    assert {(r["model"], r["threads"]) for r in result["table"]} == {
+        (m, t) for m in ("mnist_cnn", "mlp") for t in (1, 2)
+    }
+    for row in result["table"]:
+        assert row["max abs Δ (C = ∞, sum vs B × mean)"] < 1e-4
+        assert row["ratio"] == pytest.approx(row["clipped_ms"] / row["plain_ms"], rel=0.01, abs=1e-3)
+    assert "dp" in json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"]
+    assert "DP-SGD clipped-gradient overhead" in (tmp_path / "performance-quick.md").read_text()
+    assert (tmp_path / "dp-overhead-quick.json").exists() and (tmp_path / "dp-overhead-quick.md").exists()

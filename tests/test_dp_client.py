@@ -7,7 +7,6 @@ sample) fail them every time.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -168,22 +167,3 @@ def test_bad_sampling_inputs_raise_value_error():
     bundle = builtin("mlp")
     with pytest.raises(ValueError):
         DPGradientSession(bundle.manifest, bundle.dp_onnx).clipped_sum(bundle.init_params, x, y, 0.0)
-
-
-@pytest.mark.slow  # a torch export or a benchmark run: the slow tier
-def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
-    """`python -m lab run dp --quick`: both models and thread counts, own files, a performance.md section."""
-    from lab.bench import run_report
-    from lab.runner import BENCHMARKS as REPORTS
-
-    assert REPORTS["dp"] == "lab.bench.dp_overhead"
-    result = run_report("dp", quick=True, out_dir=tmp_path)
-    assert {(r["model"], r["threads"]) for r in result["table"]} == {
-        (m, t) for m in ("mnist_cnn", "mlp") for t in (1, 2)
-    }
-    for row in result["table"]:
-        assert row["max abs Δ (C = ∞, sum vs B × mean)"] < 1e-4
-        assert row["ratio"] == pytest.approx(row["clipped_ms"] / row["plain_ms"], rel=0.01, abs=1e-3)
-    assert "dp" in json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"]
-    assert "DP-SGD clipped-gradient overhead" in (tmp_path / "performance-quick.md").read_text()
-    assert (tmp_path / "dp-overhead-quick.json").exists() and (tmp_path / "dp-overhead-quick.md").exists()

@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from lab.bench.fuzz import CHECKS, fuzz_live
 from models.manifest import builtin
 from server.api.schemas import MAX_VERSION
 from tests.conftest import ADMIN, ENROLL, FEATURES
 from tests.processes import ServerProcess
+from tests.support.fuzz import CHECKS, fuzz_live
 
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 

@@ -7,8 +7,8 @@ import os
 import psutil
 import pytest
 
-from lab.experiments.live_device import EmulatedBattery, LiveFeatures, Thermal
 from sim.devices import load_catalog
+from tests.support.live_device import EmulatedBattery, LiveFeatures, Thermal
 
 
 @pytest.fixture

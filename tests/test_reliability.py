@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from lab.bench.chaos import kill_phase, outage_phase
 from server.core.errors import StorageUnavailable
 from tests.conftest import settings_for
+from tests.support.chaos import kill_phase, outage_phase
 from tests.support.postgres import postgres_outage, postgres_server_url
 
 
@@ -92,15 +92,3 @@ def test_a_database_outage_under_load_answers_503_only_and_loses_nothing(tmp_pat
 
 def test_server_url_default_is_local():
     assert postgres_server_url().startswith("postgresql://")
-
-
-@pytest.mark.slow
-def test_quick_soak_writes_its_figures_and_the_report(tmp_path):
-    from lab.bench.soak import main
-
-    result = main(quick=True, out_dir=tmp_path)
-    assert result["answers_5xx"] == 0 and result["exactly_once"] and result["acknowledged"] > 50
-    assert 20 < result["rss_mib"]["start"] < 2000 and result["rss_mib"]["end"] > 20
-    report = (tmp_path / "reliability-quick.md").read_text()
-    assert f"| gradients acknowledged | {result['acknowledged']:,} " in report
-    assert "Not run yet: `python -m lab run chaos`" in report

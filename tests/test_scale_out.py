@@ -149,7 +149,7 @@ def _exactly_once(phase: dict) -> None:
 @pytest.mark.slow
 @needs_redis
 def test_kill_9_of_a_worker_the_aggregator_and_redis_loses_nothing_acknowledged(tmp_path, postgres_database):
-    from lab.bench.topology import kill_phase
+    from tests.support.topology import kill_phase
 
     phase = kill_phase(tmp_path, postgres_database, workers=2, devices=6, seconds=16)
     _exactly_once(phase)
@@ -165,8 +165,8 @@ def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_firs
     tmp_path, postgres_database
 ):
     from fleet.topology import AggregatorProcess, Topology, drained
-    from lab.bench.chaos import USER_LIMITS, Load
-    from lab.bench.ledger import audit
+    from tests.support.chaos import USER_LIMITS, Load
+    from tests.support.ledger import audit
 
     with Topology(tmp_path, postgres_database, workers=1, **USER_LIMITS) as topology:
         first = topology.aggregator
@@ -240,13 +240,6 @@ def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_dat
         >= final["version"]
         > 0
     )
-
-
-def test_the_aggregator_benchmark_drains_every_push_once():
-    from lab.bench.scale_out import aggregator_rate
-
-    rate = aggregator_rate("mnist_cnn", 120, batch=32)
-    assert rate["versions made"] == 120 and rate["updates/s"] > 0 and rate["aggregator CPU µs/update"] > 0
 
 
 def test_bench_topology_option_is_checked():

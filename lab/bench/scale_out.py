@@ -26,7 +26,7 @@ from fleet.process import ENROLL, ServerProcess
 from fleet.topology import Topology, queue_length
 from lab import bench as lab_bench
 from lab.bench import machine
-from lab.bench.faults import scratch_postgres_database
+from tests.support.faults import scratch_postgres_database
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 APPLY_TARGET = 5000  # CNN updates/s the aggregator must sustain in batches

@@ -17,9 +17,9 @@ from rich.progress import Progress
 
 from fleet.process import ServerProcess
 from lab.bench import machine, report
-from lab.bench.chaos import USER_LIMITS, Load
-from lab.bench.faults import rss_mib
-from lab.bench.ledger import audit
+from tests.support.chaos import USER_LIMITS, Load
+from tests.support.faults import rss_mib
+from tests.support.ledger import audit
 
 # RSS "start" is read once the bounded caches have filled: the answered-lease window (10,000 leases,
 # ~2 min at ~90 pushes/s), recent parameter versions, rate-limit buckets

@@ -9,7 +9,7 @@
    parity (even: I-Prof, odd: MAUI), which the dispatcher guarantees per device model.
 
 Every timing comes from ``time.perf_counter`` around onnxruntime in the worker; nothing is modelled
-except temperature and energy (see ``experiments.live_device``).
+except temperature and energy (see tests/support/live_device.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ BOOT_SETUPS: list[tuple[list[int], int, bool]] = [([0], 1, False), ([0, 1], 2, F
 def _child(role: str, cfg: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "lab.experiments.live_device", role, json.dumps(cfg)],
+            [sys.executable, "-m", "tests.support.live_device", role, json.dumps(cfg)],
             stdout=fh,
             stderr=subprocess.STDOUT,
         )
@@ -107,7 +107,7 @@ def run_live(
     """Run the live comparison; ``slo`` is ms (time) or % battery (energy). Returns records and facts.
 
     ``exclusive_cores``: a worker computes only while it holds its cores (one phone per core at a
-    time, see ``experiments.live_device``); False lets workers on a core slow each other down.
+    time, see tests/support/live_device.py); False lets workers on a core slow each other down.
     """
     from sim.data import write_shards
     from sim.devices import load_catalog

@@ -1,6 +1,6 @@
 """The scale-out topology under faults (issue 18): devices push through N API workers while an API
 worker, the aggregator and Redis are each killed with SIGKILL and come back; afterwards every
-acknowledged gradient must be applied exactly once (bench/ledger.py) once the queue has drained."""
+acknowledged gradient must be applied exactly once (ledger.py) once the queue has drained."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from fleet.topology import Topology, drained, queue_length
-from lab.bench.chaos import USER_LIMITS, Load, summarise
-from lab.bench.ledger import audit
+from tests.support.chaos import USER_LIMITS, Load, summarise
+from tests.support.ledger import audit
 
 
 def kill_each(topology: Topology) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 Each device enrolls, then loops request → pull → push, answering the granted batch size with label
 counts that sum to it. A push is retried with the same body after a dropped connection or a 503 until
 it is answered (a retry of a push that was stored is told ``duplicate``), so every task the coordinator
-acknowledges is known here. Run ``python -m bench.devices URL KEY DEVICES SECONDS OUT.json`` as its own
-process (a coordinator killed under it must not take the load down too); it writes what it saw to
+acknowledges is known here. Run ``python -m tests.support.devices URL KEY DEVICES SECONDS OUT.json`` as
+its own process (a coordinator killed under it must not take the load down too); it writes what it saw to
 OUT.json: acknowledged tasks, answers by status code, 503s without Retry-After, connection errors.
 """
 

@@ -1,6 +1,7 @@
 """One live device on this machine: a real worker process whose compute times are measured, not modelled.
 
-Run as ``python -m experiments.live_device ROLE CONFIG_JSON`` by ``experiments.profiler_live``:
+Run as ``python -m tests.support.live_device ROLE CONFIG_JSON`` by the lab's
+``experiments.profiler_live`` and tests/test_profiler_live.py:
 
 * ``worker``: pins itself to its CPU set (``os.sched_setaffinity``), runs the real ``client.Worker``
   (onnxruntime with its thread count, batch sampled with replacement from its shard) against the

@@ -1,0 +1,11 @@
+"""The scale-out benchmark's aggregator-alone measurement (lab/bench/scale_out.py): a test of the
+benchmark, so it imports the lab."""
+
+from __future__ import annotations
+
+
+def test_the_aggregator_benchmark_drains_every_push_once():
+    from lab.bench.scale_out import aggregator_rate
+
+    rate = aggregator_rate("mnist_cnn", 120, batch=32)
+    assert rate["versions made"] == 120 and rate["updates/s"] > 0 and rate["aggregator CPU µs/update"] > 0
