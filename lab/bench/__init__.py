@@ -1,24 +1,29 @@
 """System benchmarks: figures and ratios measured side by side in one run (`python -m lab run NAME`).
 
-``performance``: the modules of ``BENCHMARKS`` (each ``run(*, quick) -> {"name", "figures", "table"}``),
-written to docs/results/performance.{json,md}. The others (lab/runner.py's BENCHMARKS) have a report of
-their own, written by their ``main`` (``report`` below adapts them to the lab's contract).
+``performance``: the modules of ``BENCHMARKS`` (each ``run(plan) -> {"name", "figures", "table"}``, its
+plan a section of ``PerformancePlan``, lab/bench/plans.py), written to docs/results/performance.{json,md}.
+The others (lab/runner.py's BENCHMARKS) have a report of their own: ``own`` below registers one on the
+lab's contract (``run(plan, ctx) -> Result``, the runner writes the files); ``report`` adapts those not
+converted yet, whose ``main`` still writes their files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.contract import Context, Experiment, Plan, Result
+from lab.bench.plans import PERFORMANCE_FULL, PERFORMANCE_QUICK, PerformancePlan
+from lab.contract import Context, Experiment, P, Plan, Result
 
-# the performance table's benchmarks (`python -m lab run performance`): each module's ``run(quick=...)``
+# the performance table's benchmarks (`python -m lab run performance`): each module's ``run(plan)``
 # returns {"name", "figures", "table"}; they share docs/results/performance.{json,md}
 BENCHMARKS: dict[str, str] = {
     "gradient": "lab.bench.gradient",
@@ -55,23 +60,20 @@ def machine() -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, kw_only=True)
-class BenchPlan(Plan):
-    """A benchmark's plan: the modules' own short/long settings are chosen by ``quick``."""
-
-    benchmarks: tuple[str, ...] = tuple(BENCHMARKS)
-
-
-def run_performance(plan: BenchPlan, ctx: Context) -> Result:
-    """Run the performance benchmarks and merge them into the record's earlier sections (dp's too)."""
+def run_performance(plan: PerformancePlan, ctx: Context) -> Result:
+    """Run the performance benchmarks (each with its section of the plan) and merge them into the
+    record's earlier sections; the dp benchmark's record (dp-overhead.json) is its section "dp"."""
     unknown = [n for n in plan.benchmarks if n not in BENCHMARKS]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {sorted(BENCHMARKS)}")
     path = ctx.results / f"{ctx.name}.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     merged = dict(results.get("benchmarks", {}))
+    dp = ctx.results / f"{ctx.name.replace('performance', 'dp-overhead', 1)}.json"
+    if dp.exists():
+        merged["dp"] = json.loads(dp.read_text())
     for name in ctx.track(plan.benchmarks, "benchmarks"):
-        result = importlib.import_module(BENCHMARKS[name]).run(quick=plan.quick)
+        result = importlib.import_module(BENCHMARKS[name]).run(getattr(plan, name))
         result["machine"] = machine()
         merged[name] = result
     return Result({"benchmarks": list(plan.benchmarks)}, records={"benchmarks": merged})
@@ -81,7 +83,7 @@ def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RES
     """Run some of the performance benchmarks through the lab's runner; returns performance.json."""
     from lab.runner import run
 
-    plan = BenchPlan(quick=quick, benchmarks=tuple(names))
+    plan = dataclasses.replace(PERFORMANCE_QUICK if quick else PERFORMANCE_FULL, benchmarks=tuple(names))
     record = run("performance", quick=quick, out_dir=out_dir, plan=plan, progress=False).record()
     return {k: v for k, v in record.items() if k != "summary"}
 
@@ -99,8 +101,41 @@ def records_only(record: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in record.items() if k != "summary"}, indent=1)
 
 
+def records_and_summary(record: dict[str, Any]) -> str:
+    """A benchmark's JSON whose summary was always part of it (last; a one-line summary as a string)."""
+    summary = record.get("summary")
+    if isinstance(summary, dict) and set(summary) == {"text"}:
+        summary = summary["text"]
+    return json.dumps({**{k: v for k, v in record.items() if k != "summary"}, "summary": summary}, indent=1)
+
+
+def command(name: str, plan: Plan) -> str:
+    """The command that ran ``plan`` (recorded in the reports)."""
+    return f"python -m lab run {name}" + (" --quick" if plan.quick else "")
+
+
+def own(
+    name: str,
+    stem: str,
+    quick: P,
+    full: P,
+    run: Callable[[P, Context], Result],
+    markdown: Callable[[Result, P], str],
+    *,
+    summary_in_json: bool = False,
+    plot: Callable[[Result], Any] | None = None,
+) -> Experiment[P]:
+    """A benchmark with a report of its own on the lab's contract: ``run(plan, ctx)`` returns its
+    record (``Result.records``: the JSON's keys as they always were) and its one-line summary; the
+    runner writes STEM.json, STEM.md (and STEM.png)."""
+    return Experiment(
+        name, quick, full, run, markdown, plot=plot, kind="benchmark", record_name=stem,
+        dumps=records_and_summary if summary_in_json else records_only,
+    )  # fmt: skip
+
+
 def report(name: str, module: str, stem: str) -> Experiment[BenchPlan]:
-    """A benchmark with a report of its own: its ``main(quick=, out_dir=)`` still writes its files
+    """A benchmark not converted yet: its ``main(quick=, out_dir=)`` still writes its files
     (docs/results/STEM.{json,md}); the runner shows its summary and reads its claims."""
 
     def run(plan: BenchPlan, ctx: Context) -> Result:
@@ -118,10 +153,15 @@ def report(name: str, module: str, stem: str) -> Experiment[BenchPlan]:
     )  # fmt: skip
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan(Plan):
+    """The plan of a benchmark not converted yet: its module's own settings are chosen by ``quick``."""
+
+
 EXPERIMENT = Experiment(
     "performance",
-    BenchPlan(quick=True),
-    BenchPlan(),
+    PERFORMANCE_QUICK,
+    PERFORMANCE_FULL,
     run_performance,
     lambda result, plan: render_markdown(result.records),
     dumps=records_only,
@@ -129,7 +169,7 @@ EXPERIMENT = Experiment(
 )
 
 
-def render_markdown(results: dict[str, Any]) -> str:
+def render_markdown(results: dict[str, Any], *, summarise_scale_out: bool = True) -> str:
     lines = [
         "# Performance",
         "",
@@ -153,7 +193,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(str(row[h]) for h in header) + " |" for row in table]
             lines.append("")
-    return "\n".join(lines + scale_out_summary())
+    return "\n".join(lines + (scale_out_summary() if summarise_scale_out else []))
 
 
 def scale_out_summary(results_dir: Path = RESULTS) -> list[str]:

@@ -10,7 +10,6 @@ logged-in client in the same process, with no network in between: the time measu
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import statistics
 import tempfile
@@ -23,7 +22,9 @@ import numpy as np
 from rich.progress import Progress
 
 from lab import bench as lab_bench
-from lab.bench import machine
+from lab.bench import command, machine
+from lab.bench.plans import CONSOLE_FULL, CONSOLE_QUICK, ConsolePlan
+from lab.contract import Context, Result
 
 TARGET_MS = 50.0
 USER, PASSWORD = "bench", "bench-password-1"
@@ -88,7 +89,7 @@ def time_pages(client: Any, paths: list[str], repeats: int) -> dict[str, dict[st
     return figures
 
 
-def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
+def run(plan: ConsolePlan, ctx: Context) -> Result:
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from starlette.testclient import TestClient
 
@@ -97,7 +98,7 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
     from server.console.figures import DATASETS
     from server.settings import Settings
 
-    devices, tasks, repeats = (50, 300, 3) if quick else (1000, 10_000, 30)
+    devices, tasks, repeats = plan.devices, plan.tasks, plan.repeats
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
             data_dir=Path(tmp), console_user=USER, console_password=PASSWORD, eval_data=None,
@@ -122,7 +123,7 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
             stats = app.state.coordinator.store.task_counts(app.state.coordinator.run.model_id)
     worst_page = max(figures[p]["p50_ms"] for p in pages)
     result = {
-        "command": "python -m lab run console" + (" --quick" if quick else ""),
+        "command": command("console", plan),
         "devices": devices,
         "tasks": sum(stats.values()),
         "fill_s": round(fill_s, 1),
@@ -134,11 +135,8 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
         "met": worst_page < TARGET_MS,
         "machine": machine(),
     }
-    name = "console-pages" + ("-quick" if quick else "")
-    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"{name}.md").write_text(report(result))
-    result["summary"] = f"console pages: worst p50 {worst_page:.1f} ms (target < {TARGET_MS:.0f} ms)"
-    return result
+    summary = f"console pages: worst p50 {worst_page:.1f} ms (target < {TARGET_MS:.0f} ms)"
+    return Result({"text": summary}, records=result)
 
 
 def report(r: dict[str, Any]) -> str:
@@ -164,4 +162,6 @@ def report(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-EXPERIMENT = lab_bench.report("console", __name__, "console-pages")
+EXPERIMENT = lab_bench.own(
+    "console", "console-pages", CONSOLE_QUICK, CONSOLE_FULL, run, lambda result, plan: report(result.records)
+)

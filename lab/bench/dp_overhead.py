@@ -5,21 +5,21 @@ intra-op threads; rounds interleave the two so machine noise hits both alike, an
 reported per model and thread count (target from issue 15: at most 2.5x). Noise and Poisson sampling are
 left out: they are numpy work of one pass over the parameters, not graph time.
 
-`python -m lab run dp` writes docs/results/dp-overhead.json/.md and the same table as a section of
-performance.md/.json (``--quick``: the -quick files).
+`python -m lab run dp` writes docs/results/dp-overhead.json/.md (``--quick``: the -quick files); the next
+`python -m lab run performance` shows the same table as its section "dp".
 """
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.bench import report
+from lab.bench import own
 from lab.bench.gradient import median_ms
+from lab.bench.plans import DP_FULL, DP_QUICK, DpPlan
+from lab.contract import Context, Result
 
 TARGET = 2.5  # clipped sum / plain gradient, batch 100 (issue 15)
 TITLE = "DP-SGD clipped-gradient overhead (batch 100, median)"
@@ -67,9 +67,9 @@ def measure(
     }
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
+def measure_all(plan: DpPlan) -> dict[str, Any]:
     rows = [
-        measure(name, threads, rounds=2 if quick else 7, repeats=5 if quick else 40)
+        measure(name, threads, rounds=plan.rounds, repeats=plan.repeats)
         for name in ("mnist_cnn", "mlp")
         for threads in (1, 2)
     ]
@@ -81,28 +81,26 @@ def run(*, quick: bool = False) -> dict[str, Any]:
     return {"name": "dp", "title": TITLE, "table": rows, "note": NOTE}
 
 
-def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
-    """Measure, write dp-overhead.json/.md and put the table into performance.json/.md as section "dp"."""
-    from lab.bench import machine, render_markdown
+def run(plan: DpPlan, ctx: Context) -> Result:
+    """Measure: dp-overhead.json/.md (the performance benchmark reads the record as its section "dp")."""
+    from lab.bench import machine
 
-    result = run(quick=quick)
+    result = measure_all(plan)
     result["machine"] = machine()
-    suffix = "-quick" if quick else ""
-    (out_dir / f"dp-overhead{suffix}.json").write_text(json.dumps(result, indent=1))
-    own = render_markdown({"benchmarks": {"dp": result}}).replace("# Performance", "# DP-SGD overhead", 1)
-    own = own.replace("`python -m lab run performance`", "`python -m lab run dp`", 1)
-    (out_dir / f"dp-overhead{suffix}.md").write_text(own)
-    performance = out_dir / f"performance{suffix}.json"
-    results: dict[str, Any] = json.loads(performance.read_text()) if performance.exists() else {}
-    results.setdefault("benchmarks", {})["dp"] = result
-    performance.write_text(json.dumps(results, indent=1))
-    performance.with_suffix(".md").write_text(render_markdown(results))
     worst = max(result["table"], key=lambda r: r["ratio"])
-    result["summary"] = (
+    summary = (
         f"DP clipped sum / plain gradient at batch 100: worst {worst['ratio']:.2f}x "
         f"({worst['model']}, {worst['threads']} thread(s)); target ≤ {TARGET}x"
     )
-    return result
+    return Result({"text": summary}, records=result)
 
 
-EXPERIMENT = report("dp", __name__, "dp-overhead")
+def markdown(result: Result, plan: DpPlan) -> str:
+    from lab.bench import render_markdown
+
+    own = render_markdown({"benchmarks": {"dp": result.records}}, summarise_scale_out=False)
+    own = own.replace("# Performance", "# DP-SGD overhead", 1)
+    return own.replace("`python -m lab run performance`", "`python -m lab run dp`", 1)
+
+
+EXPERIMENT = own("dp", "dp-overhead", DP_QUICK, DP_FULL, run, markdown)

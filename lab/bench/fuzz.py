@@ -8,80 +8,54 @@ docs/results/fuzz.md and fuzz.json.
 
 from __future__ import annotations
 
-import json
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from lab.bench import report
+from lab.bench import command, machine, own
+from lab.bench.plans import FUZZ_FULL, FUZZ_QUICK, FuzzPlan
+from lab.contract import Context, Result
 from tests.support.fuzz import CHECKS, UNIT_PHASES, fuzz_live, postgres_database
 
 
-def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
-    """Fuzz on SQLite and (when reachable) PostgreSQL; write fuzz.md and fuzz.json under ``out_dir``."""
+def run(plan: FuzzPlan, ctx: Context) -> Result:
+    """Fuzz on SQLite and, in the full plan, PostgreSQL (when reachable): fuzz.json and fuzz.md."""
     import schemathesis
 
-    max_examples, stateful = (5, False) if quick else (400, True)
     runs: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="fleet-fuzz-") as tmp, _progress() as on_scenario:
+    with tempfile.TemporaryDirectory(prefix="fleet-fuzz-") as tmp, ctx.steps("fuzz scenarios") as steps:
+
+        def on_scenario(phase: str, label: str) -> None:
+            steps.advance()
+
         runs["sqlite"] = fuzz_live(
             Path(tmp) / "sqlite",
             database_url=f"sqlite:///{Path(tmp) / 'sqlite' / 'fleet.db'}",
-            max_examples=max_examples,
-            stateful=stateful,
+            max_examples=plan.max_examples,
+            stateful=plan.stateful,
             on_scenario=on_scenario,
         )
-        if not quick:
-            with postgres_database() as url:
-                if url is not None:
-                    runs["postgresql"] = fuzz_live(
-                        Path(tmp) / "postgresql",
-                        database_url=url,
-                        max_examples=max_examples,
-                        stateful=stateful,
-                        seed=1,  # other cases than the SQLite run's
-                        on_scenario=on_scenario,
-                    )
-    from lab.bench import machine
-
+        with postgres_database() if plan.postgresql else nullcontext() as url:
+            if url is not None:
+                runs["postgresql"] = fuzz_live(
+                    Path(tmp) / "postgresql",
+                    database_url=url,
+                    max_examples=plan.max_examples,
+                    stateful=plan.stateful,
+                    seed=1,  # other cases than the SQLite run's
+                    on_scenario=on_scenario,
+                )
     result = {
         "name": "fuzz",
-        "command": "python -m lab run fuzz --quick" if quick else "python -m lab run fuzz",
+        "command": command("fuzz", plan),
         "schemathesis": schemathesis.__version__,
         "checks": list(CHECKS),
-        "phases": [*UNIT_PHASES, *(["stateful"] if stateful else [])],
+        "phases": [*UNIT_PHASES, *(["stateful"] if plan.stateful else [])],
         "runs": runs,
         "machine": machine(),
     }
-    result["summary"] = summary(result)
-    stem = "fuzz-quick" if quick else "fuzz"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"{stem}.md").write_text(render(result))
-    return result
-
-
-@contextmanager
-def _progress() -> Iterator[Callable[[str, str], None]]:
-    """A rich line per finished scenario count (phase and operation), on stderr."""
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("fuzz {task.completed} scenarios · {task.description}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("starting", total=None)
-
-        def advance(phase: str, label: str) -> None:
-            progress.update(task, advance=1, description=f"{phase}: {label}")
-
-        yield advance
+    return Result({"text": summary(result)}, records=result)
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -163,4 +137,7 @@ def status_table(run: dict[str, Any]) -> list[str]:
     return lines
 
 
-EXPERIMENT = report("fuzz", __name__, "fuzz")
+EXPERIMENT = own(
+    "fuzz", "fuzz", FUZZ_QUICK, FUZZ_FULL, run, lambda result, plan: render(result.records),
+    summary_in_json=True,
+)  # fmt: skip

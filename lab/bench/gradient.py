@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from lab.bench.plans import GradientPlan
+
 TARGETS = {"mnist_cnn": 1.0, "mlp": 0.35}  # onnxruntime / torch, from the performance issue
 
 
@@ -86,9 +88,9 @@ def measure(
     }
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
+def run(plan: GradientPlan) -> dict[str, Any]:
     rows = [
-        measure(name, threads, rounds=2 if quick else 7, repeats=10 if quick else 40)
+        measure(name, threads, rounds=plan.rounds, repeats=plan.repeats)
         for name in ("mnist_cnn", "mlp")
         for threads in (1, 2)
     ]

@@ -10,6 +10,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from lab.bench.plans import MemoryPlan
+
 CLIENT_DISTRIBUTIONS = ("numpy", "onnxruntime", "httpx", "psutil")
 RSS_TARGET_MB = 150
 
@@ -80,8 +82,8 @@ def worker_rss(tasks: int) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
-    rss = worker_rss(20 if quick else 100)
+def run(plan: MemoryPlan) -> dict[str, Any]:
+    rss = worker_rss(plan.worker_tasks)
     sizes = installed_mb()
     total = sum(sizes.values())
     rows = [

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.bench.plans import ProfilerPlan
 from profiler import IProf
 from profiler.defaults import TUNED_PARAMS
 from profiler.maui import MauiProfiler
@@ -80,9 +81,9 @@ def benchmark(*, requests: int = 5000, seed: int = 0) -> dict[str, Any]:
     return out
 
 
-def run(*, quick: bool) -> dict[str, Any]:
+def run(plan: ProfilerPlan) -> dict[str, Any]:
     """The bench framework's entry point (see ``bench/__init__.py``)."""
-    result = benchmark(requests=1000 if quick else 5000)
+    result = benchmark(requests=plan.requests)
     table = [
         {
             "profiler": name,

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from lab.bench.plans import SimulatorPlan
+
 TARGET = 0.20
 EVENTS = 20_000
 
@@ -50,8 +52,8 @@ def measure(devices: int, events: int) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
-    rows = [measure(devices, 300 if quick else EVENTS) for devices in (1_000, 10_000)]
+def run(plan: SimulatorPlan) -> dict[str, Any]:
+    rows = [measure(devices, plan.events) for devices in (1_000, 10_000)]
     for row in rows:
         print(
             f"simulator {row['devices']:6d} devices: overhead {row['overhead share']:.1%} "

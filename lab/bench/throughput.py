@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lab.bench.asgi import asgi_us
+from lab.bench.plans import ThroughputPlan
 
 TARGETS = {"mnist_cnn": 500, "mlp": 200}  # durable pushes per second at 200 devices; p99 ≤ 100 ms
 
@@ -92,14 +93,14 @@ def http_load(model: str, devices: int, seconds: float) -> dict[str, Any]:
         return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
+def run(plan: ThroughputPlan) -> dict[str, Any]:
     rows = []
     for model in ("mnist_cnn", "mlp"):
-        math = math_us(model, 200 if quick else 2000)
-        core = core_us(model, 50 if quick else 500)
-        app = asgi_us(model, devices=20 if quick else 50, cycles=3 if quick else 10)
+        math = math_us(model, plan.math_updates)
+        core = core_us(model, plan.core_tasks)
+        app = asgi_us(model, devices=plan.app_devices, cycles=plan.app_cycles)
         for devices in (50, 200):
-            load = http_load(model, devices, 3.0 if quick else 15.0)
+            load = http_load(model, devices, plan.load_seconds)
             http_us = 1e6 / load["pushes_per_s"] if load["pushes_per_s"] else float("inf")
             row = {
                 "model": model,

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from lab.bench.plans import WirePlan
+
 TARGET = 1.05  # bytes each way / raw float32 parameter bytes
 
 
@@ -87,9 +89,9 @@ def measure(model: str, encoding: str, tasks: int) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
+def run(plan: WirePlan) -> dict[str, Any]:
     rows = [
-        measure(model, encoding, 5 if quick else 20)
+        measure(model, encoding, plan.tasks)
         for model in ("mnist_cnn", "mlp")
         for encoding in ("float32", "float16")
     ]
