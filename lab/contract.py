@@ -55,7 +55,7 @@ class Result:
     series: Any = None
     records: dict[str, Any] = field(default_factory=dict)
     claims: list[Claim] = field(default_factory=list)
-    view: dict[str, Any] = field(default_factory=dict, repr=False)  # what only the plot reads (not written)
+    view: dict[str, Any] = field(default_factory=dict, repr=False)  # only for the plot/markdown (not written)
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"summary": self.summary, **self.records}
@@ -132,6 +132,7 @@ class Experiment(Generic[P]):
     kind: str = "experiment"
     title: str = ""
     record_name: str = ""  # the record's file stem when it is not ``name`` (e.g. peer → peer-flower)
+    page: str = ""  # the markdown's file stem when not the record's (soak, chaos: reliability.md)
     writes_files: bool = False  # a benchmark that still writes its own files (lab/bench/__init__.py)
 
     @property

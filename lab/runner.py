@@ -3,8 +3,10 @@
 ``run("staleness", quick=True)`` picks the entry's quick plan, runs it with a ``Context`` (its cache
 directory docs/results/cache/NAME, the results directory to read other records from, the progress
 bar), and writes what the result renders to: NAME.json (the record), NAME.md, NAME.png; a quick run
-writes NAME-quick.* (gitignored), so it never overwrites the committed results. Entries never write
-their result files themselves; a long run writes its partial results through ``ctx.checkpoint``.
+writes NAME-quick.* (gitignored), so it never overwrites the committed results; an entry with a page of
+its own (``Experiment.page``: soak and chaos both render reliability.md) writes its markdown there.
+Entries never write their result files themselves; a long run writes partial results through
+``ctx.checkpoint``.
 """
 
 from __future__ import annotations
@@ -98,7 +100,8 @@ def write(entry_: Experiment[Any], plan: Any, result: Result, out_dir: Path, nam
         result.claims = [Claim(*row) for row in claims(entry_.stem, record)]
         return record
     (out_dir / f"{name}.json").write_text(entry_.dumps(record))
-    (out_dir / f"{name}.md").write_text(entry_.markdown(result, plan).rstrip() + "\n")
+    page = name.replace(entry_.stem, entry_.page, 1) if entry_.page else name
+    (out_dir / f"{page}.md").write_text(entry_.markdown(result, plan).rstrip() + "\n")
     if entry_.plot is not None and (fig := entry_.plot(result)) is not None:
         from lab.render import save_figure
 

@@ -99,18 +99,22 @@ def test_fuzz_report_quick_writes_its_results(tmp_path):
 
 
 def test_quick_soak_writes_its_figures_and_the_report(tmp_path):
-    from lab.bench.soak import main
+    from lab.bench import run_report
 
-    result = main(quick=True, out_dir=tmp_path)
+    result = run_report("soak", quick=True, out_dir=tmp_path)
     assert result["answers_5xx"] == 0 and result["exactly_once"] and result["acknowledged"] > 50
     assert 20 < result["rss_mib"]["start"] < 2000 and result["rss_mib"]["end"] > 20
     report = (tmp_path / "reliability-quick.md").read_text()
     assert f"| gradients acknowledged | {result['acknowledged']:,} " in report
     assert "Not run yet: `python -m lab run chaos`" in report
+    saved = json.loads((tmp_path / "reliability-soak-quick.json").read_text())
+    assert saved["summary"] == result["summary"]["text"] and "plot" not in saved  # no plot in quick mode
+    assert not (tmp_path / "reliability-soak-quick.png").exists()
 
 
 def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
-    """`python -m lab run dp --quick`: both models and thread counts, own files, a performance.md section."""
+    """`python -m lab run dp --quick`: both models and thread counts, own files; the next performance run
+    shows them as its section "dp"."""
     from lab.bench import run_report
     from lab.runner import BENCHMARKS as REPORTS
 
@@ -122,6 +126,9 @@ def test_dp_overhead_benchmark_runs_in_quick_mode(tmp_path):
     for row in result["table"]:
         assert row["max abs Δ (C = ∞, sum vs B × mean)"] < 1e-4
         assert row["ratio"] == pytest.approx(row["clipped_ms"] / row["plain_ms"], rel=0.01, abs=1e-3)
-    assert "dp" in json.loads((tmp_path / "performance-quick.json").read_text())["benchmarks"]
+    assert (tmp_path / "dp-overhead-quick.json").exists()
+    assert "# DP-SGD overhead" in (tmp_path / "dp-overhead-quick.md").read_text()
+    assert not (tmp_path / "performance-quick.json").exists()  # the runner writes only dp's own files
+    performance = run_benchmarks([], quick=True, out_dir=tmp_path)  # runs none, reads dp's record
+    assert performance["benchmarks"]["dp"]["table"] == result["table"]
     assert "DP-SGD clipped-gradient overhead" in (tmp_path / "performance-quick.md").read_text()
-    assert (tmp_path / "dp-overhead-quick.json").exists() and (tmp_path / "dp-overhead-quick.md").exists()

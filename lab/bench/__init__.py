@@ -124,12 +124,13 @@ def own(
     *,
     summary_in_json: bool = False,
     plot: Callable[[Result], Any] | None = None,
+    page: str = "",
 ) -> Experiment[P]:
     """A benchmark with a report of its own on the lab's contract: ``run(plan, ctx)`` returns its
     record (``Result.records``: the JSON's keys as they always were) and its one-line summary; the
     runner writes STEM.json, STEM.md (and STEM.png)."""
     return Experiment(
-        name, quick, full, run, markdown, plot=plot, kind="benchmark", record_name=stem,
+        name, quick, full, run, markdown, plot=plot, kind="benchmark", record_name=stem, page=page,
         dumps=records_and_summary if summary_in_json else records_only,
     )  # fmt: skip
 

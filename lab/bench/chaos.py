@@ -16,29 +16,36 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lab.bench import machine, report
+from lab.bench import command, machine, own
+from lab.bench.plans import CHAOS_FULL, CHAOS_QUICK, ChaosPlan
+from lab.bench.reliability import page, sibling
+from lab.contract import Context, Result
 from tests.support.chaos import kill_phase, outage_phase
 from tests.support.faults import postgres_server_url, scratch_postgres_database
 
 
-def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
-    from lab.bench.reliability import render, save
-
-    devices, seconds = (20, 20.0) if quick else (100, 120.0)
+def run(plan: ChaosPlan, ctx: Context) -> Result:
+    """Kills on SQLite and PostgreSQL, then database outages: reliability-chaos.json; reliability.md
+    shows it beside the soak record."""
+    devices, seconds = plan.devices, plan.seconds
     phases: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="fleet-chaos-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleet-chaos-") as tmp, ctx.steps("chaos phases") as steps:
         base = Path(tmp)
         phases["kill_sqlite"] = kill_phase(
-            base / "k1", database_url=None, devices=devices, seconds=seconds, kills=5
+            base / "k1", database_url=None, devices=devices, seconds=seconds, kills=plan.kills
         )
+        steps.advance()
         with scratch_postgres_database(postgres_server_url()) as url:
             phases["kill_postgres"] = kill_phase(
-                base / "k2", database_url=url, devices=devices, seconds=seconds, kills=5
+                base / "k2", database_url=url, devices=devices, seconds=seconds, kills=plan.kills
             )
+        steps.advance()
         with scratch_postgres_database(postgres_server_url()) as url:
             phases["postgres_outage"] = outage_phase(
-                base / "o1", database_url=url, devices=devices, seconds=seconds, outages=3, outage_s=5.0
-            )
+                base / "o1", database_url=url, devices=devices, seconds=seconds, outages=plan.outages,
+                outage_s=plan.outage_s,
+            )  # fmt: skip
+        steps.advance()
         if os.environ.get("FLEET_CHAOS_RESTART_POSTGRES") == "1":
             with scratch_postgres_database(postgres_server_url()) as url:
                 phases["postgres_restart"] = outage_phase(
@@ -52,19 +59,21 @@ def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
                 )
     result = {
         "name": "chaos",
-        "quick": quick,
-        "command": "python -m lab run chaos" + (" --quick" if quick else ""),
+        "quick": plan.quick,
+        "command": command("chaos", plan),
         "phases": phases,
         "machine": "{cpu}, {cores} cores, load {load_average}, {date}".format(**machine()),
     }
-    result["summary"] = {
+    summary = {
         name: f"{p['acknowledged']} acknowledged, {p['acknowledged_not_stored']} lost, "
         f"{p['answers_5xx_not_503']} 5xx (not 503), exactly once: {p['exactly_once']}"
         for name, p in phases.items()
     }
-    save(out_dir, "chaos", result, quick=quick)
-    render(out_dir, quick=quick)
-    return result
+    return Result(summary, records=result, view={"soak": sibling(ctx, "soak")})
 
 
-EXPERIMENT = report("chaos", __name__, "reliability-chaos")
+EXPERIMENT = own(
+    "chaos", "reliability-chaos", CHAOS_QUICK, CHAOS_FULL, run,
+    lambda result, plan: page(soak=result.view.get("soak"), chaos=result.records),
+    summary_in_json=True, page="reliability",
+)  # fmt: skip

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from lab.bench import report
+from lab.bench import own
+from lab.bench.plans import RAY_FULL, RAY_QUICK, RayPlan
+from lab.contract import Context, Result
 from sim.scenario import Scenario
 
 TARGET = 0.20
@@ -39,6 +40,7 @@ def fleet(devices: int, gradients: int, eval_every: int = 0) -> Scenario:
 LARGE = fleet(100_000, 24_000, eval_every=6_000)
 SMALL = fleet(10_000, 3_000)
 QUICK = fleet(300, 60)
+SCENARIOS = {"large": LARGE, "small": SMALL, "quick": QUICK}  # by name in the plans (lab/bench/plans.py)
 
 
 def command(s: Scenario, backend: str, workers: int | None) -> str:
@@ -76,11 +78,11 @@ def speedup(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_pair": pairs, "mean": mean}
 
 
-def run(*, quick: bool = False) -> dict[str, Any]:
-    large = measure(QUICK if quick else LARGE, "ray", 2)
-    small = QUICK if quick else SMALL
+def measure_all(plan: RayPlan) -> dict[str, Any]:
+    large = measure(SCENARIOS[plan.large], "ray", 2)
+    small = SCENARIOS[plan.small]
     runs = [measure(small, "local", None)]
-    for workers in (1, 2) if quick else (1, 2, 1, 2):
+    for workers in plan.speedup_workers:
         runs.append(measure(small, "ray", workers))
     return {"name": "ray-sim", "large": large, "speedup_runs": runs, "speedup": speedup(runs)}
 
@@ -195,26 +197,23 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
-    """Measure and write ray-sim.json/.md (ray-sim-quick.* with ``quick``), keeping earlier runs' rows."""
+def run(plan: RayPlan, ctx: Context) -> Result:
+    """Measure: ray-sim.json/.md (ray-sim-quick.* for the quick plan), keeping earlier runs' rows."""
     from lab.bench import machine
 
-    suffix = "-quick" if quick else ""
-    path = out_dir / f"ray-sim{suffix}.json"
+    path = ctx.results / f"{ctx.name}.json"
     earlier = json.loads(path.read_text()) if path.exists() else None
-    result = run(quick=quick)
+    result = measure_all(plan)
     result["machine"] = machine()
     result["history"] = ([*earlier.get("history", []), headline(earlier)] if earlier else [])[-5:]
-    path.write_text(json.dumps(result, indent=1))
-    (out_dir / f"ray-sim{suffix}.md").write_text(render(result))
     big = result["large"]
-    result["summary"] = (
+    summary = (
         f"ray-sim: {big['scenario']['devices']:,} devices, {big['gradients']:,} gradients in "
         f"{big['seconds_run']} s on {big['workers']} workers, overhead {big['overhead']:.1%} "
         f"(target ≤ {TARGET:.0%}); 2 vs 1 workers ×{result['speedup']['mean']} "
         f"(load {os.getloadavg()[0]:.2f})"
     )
-    return result
+    return Result({"text": summary}, records=result)
 
 
-EXPERIMENT = report("ray", __name__, "ray-sim")
+EXPERIMENT = own("ray", "ray-sim", RAY_QUICK, RAY_FULL, run, lambda result, plan: render(result.records))

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-
-def save(out_dir: Path, name: str, result: dict[str, Any], *, quick: bool) -> Path:
-    path = out_dir / f"reliability-{name}{'-quick' if quick else ''}.json"
-    path.write_text(json.dumps(result, indent=1))
-    return path
+from lab.contract import Context
 
 
-def _load(out_dir: Path, name: str, quick: bool) -> dict[str, Any] | None:
-    path = out_dir / f"reliability-{name}{'-quick' if quick else ''}.json"
+def sibling(ctx: Context, name: str) -> dict[str, Any] | None:
+    """The other reliability record (soak's or chaos's) of the same kind of run (quick or full), if any."""
+    quick = ctx.name.endswith("-quick")
+    path = ctx.results / f"reliability-{name}{'-quick' if quick else ''}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -76,9 +73,8 @@ def _chaos(chaos: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def render(out_dir: Path, *, quick: bool = False) -> Path:
-    """reliability.md (reliability-quick.md from the --quick runs)."""
-    soak, chaos = _load(out_dir, "soak", quick), _load(out_dir, "chaos", quick)
+def page(soak: dict[str, Any] | None, chaos: dict[str, Any] | None) -> str:
+    """reliability.md (reliability-quick.md from the --quick runs): both records, or what is not run yet."""
     lines = [
         "# Reliability",
         "",
@@ -88,6 +84,4 @@ def render(out_dir: Path, *, quick: bool = False) -> Path:
     ]
     lines += _soak(soak) if soak else ["## Soak", "", "Not run yet: `python -m lab run soak`.", ""]
     lines += _chaos(chaos) if chaos else ["## Chaos", "", "Not run yet: `python -m lab run chaos`.", ""]
-    path = out_dir / f"reliability{'-quick' if quick else ''}.md"
-    path.write_text("\n".join(lines))
-    return path
+    return "\n".join(lines)

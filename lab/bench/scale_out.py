@@ -26,6 +26,8 @@ from fleet.process import ENROLL, ServerProcess
 from fleet.topology import Topology, queue_length
 from lab import bench as lab_bench
 from lab.bench import machine
+from lab.bench.plans import SCALE_OUT_FULL, SCALE_OUT_QUICK, ScaleOutPlan
+from lab.contract import Context, Result
 from tests.support.faults import scratch_postgres_database
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -204,24 +206,22 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
+def run(plan: ScaleOutPlan, ctx: Context) -> Result:
     """The topology curve (1, 2, 4 workers) beside the single process, then the aggregator alone."""
-    seconds = 3.0 if quick else 15.0
-    models = ("mnist_cnn",) if quick else ("mnist_cnn", "mlp")
-    device_counts = (20,) if quick else (50, 200)
-    worker_counts = (1, 2) if quick else (1, 2, 4)
+    seconds = plan.seconds
     rows, before = [], machine()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        for model in models:
-            for devices in device_counts:
+    with tempfile.TemporaryDirectory() as tmp, ctx.steps("throughput runs") as steps:
+        for model in plan.models:
+            for devices in plan.device_counts:
                 rows.append(single_row(model, devices, seconds, Path(tmp) / f"single-{model}-{devices}"))
                 print(rows[-1], flush=True)
-                for workers in worker_counts:
+                steps.advance()
+                for workers in plan.worker_counts:
                     work = Path(tmp) / f"w{workers}-{model}-{devices}"
                     rows.append(topology_row(model, workers, devices, seconds, work))
                     print(rows[-1], flush=True)
-    rates = [aggregator_rate(model, 300 if quick else 6000, batch=512) for model in models]
+                    steps.advance()
+    rates = [aggregator_rate(model, plan.aggregator_updates, batch=512) for model in plan.models]
     for rate in rates:
         print(rate, flush=True)
     result = {
@@ -231,15 +231,12 @@ def main(*, quick: bool = False, out_dir: Path) -> dict[str, Any]:
         "throughput": rows,
         "aggregator": rates,
     }
-    suffix = "-quick" if quick else ""
-    (out_dir / f"scale-out{suffix}.json").write_text(json.dumps(result, indent=1))
-    (out_dir / f"scale-out{suffix}.md").write_text(report(result))
     cnn = next(r for r in rates if r["model"] == "mnist_cnn")
-    result["summary"] = (
+    summary = (
         f"scale-out: {len(rows)} throughput runs; aggregator {cnn['updates/s']} CNN updates/s "
-        f"(target {APPLY_TARGET}) → docs/results/scale-out{suffix}.md"
+        f"(target {APPLY_TARGET}) → docs/results/{ctx.name}.md"
     )
-    return result
+    return Result({"text": summary}, records=result)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -277,4 +274,7 @@ journal's writer thread included; PostgreSQL's own CPU not).
 """
 
 
-EXPERIMENT = lab_bench.report("scale-out", __name__, "scale-out")
+EXPERIMENT = lab_bench.own(
+    "scale-out", "scale-out", SCALE_OUT_QUICK, SCALE_OUT_FULL, run,
+    lambda result, plan: report(result.records),
+)  # fmt: skip

@@ -13,48 +13,45 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import Progress
-
 from fleet.process import ServerProcess
-from lab.bench import machine, report
+from lab.bench import command, machine, own
+from lab.bench.plans import SOAK_FULL, SOAK_QUICK, SoakPlan
+from lab.bench.reliability import page, sibling
+from lab.contract import Context, Result
 from tests.support.chaos import USER_LIMITS, Load
 from tests.support.faults import rss_mib
 from tests.support.ledger import audit
 
-# RSS "start" is read once the bounded caches have filled: the answered-lease window (10,000 leases,
-# ~2 min at ~90 pushes/s), recent parameter versions, rate-limit buckets
-WARM_UP_S = 150.0
 
+def plot(result: Result) -> Any:
+    """The coordinator's RSS over the soak (reliability-soak.png), when the plan asks for it."""
+    if not result.records.get("plot"):
+        return None
+    from lab.render import figure
 
-def plot(samples: list[tuple[float, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3))
+    samples = result.records["rss_samples"]
+    fig, (ax,) = figure(width=6.0, height=3.0)
     ax.plot([t for t, _ in samples], [m for _, m in samples])
     ax.set_xlabel("seconds into the soak")
     ax.set_ylabel("coordinator RSS (MiB)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def soak(workdir: Path, *, devices: int, seconds: float, warm_up: float) -> dict[str, Any]:
+def soak(workdir: Path, *, devices: int, seconds: float, warm_up: float, ctx: Context) -> dict[str, Any]:
     server = ServerProcess(workdir, **USER_LIMITS).start()
     assert server.process is not None
     samples: list[tuple[float, float]] = []
     try:
         load = Load(server.url, devices, seconds, workdir / "soak-load.json")
-        with Progress() as progress:
-            bar = progress.add_task(f"soak: {devices} devices", total=seconds)
+        with ctx.steps(f"soak: {devices} devices (s)", round(seconds)) as steps:
+            done = 0
             while load.process.poll() is None:
                 elapsed = time.monotonic() - load.started
                 samples.append((round(elapsed, 1), rss_mib(server.process.pid)))
-                progress.update(bar, completed=min(elapsed, seconds))
+                steps.advance(min(round(elapsed), round(seconds)) - done)
+                done = min(round(elapsed), round(seconds))
                 time.sleep(min(5.0, seconds / 20))
         result = load.result(timeout=120)
         samples.append((round(time.monotonic() - load.started, 1), rss_mib(server.process.pid)))
@@ -81,31 +78,31 @@ def soak(workdir: Path, *, devices: int, seconds: float, warm_up: float) -> dict
     }
 
 
-def main(*, quick: bool, out_dir: Path) -> dict[str, Any]:
-    from lab.bench.reliability import render, save
-
-    devices, seconds, warm_up = (10, 10.0, 2.0) if quick else (200, 600.0, WARM_UP_S)
+def run(plan: SoakPlan, ctx: Context) -> Result:
+    """Soak: reliability-soak.json (and its RSS plot in the full plan); reliability.md shows it beside
+    the chaos record."""
     with tempfile.TemporaryDirectory(prefix="fleet-soak-") as tmp:
-        result = soak(Path(tmp), devices=devices, seconds=seconds, warm_up=warm_up)
+        result = soak(Path(tmp), devices=plan.devices, seconds=plan.seconds, warm_up=plan.warm_up_s, ctx=ctx)
     m = machine()
     result.update(
         name="soak",
-        quick=quick,
-        command="python -m lab run soak" + (" --quick" if quick else ""),
+        quick=plan.quick,
+        command=command("soak", plan),
         machine=f"{m['cpu']}, {m['cores']} cores, load {m['load_average']}, {m['date']}",
     )
-    if not quick:
+    if plan.plot:
         result["plot"] = "reliability-soak.png"
-        plot(result["rss_samples"], out_dir / "reliability-soak.png")
     rss = result["rss_mib"]
-    result["summary"] = (
+    summary = (
         f"{result['acknowledged']} acknowledged, {result['acknowledged_not_stored']} lost, "
         f"{result['answers_5xx']} 5xx, RSS {rss['start']:.0f} → {rss['end']:.0f} MiB, "
         f"exactly once: {result['exactly_once']}"
     )
-    save(out_dir, "soak", result, quick=quick)
-    render(out_dir, quick=quick)
-    return result
+    return Result({"text": summary}, records=result, view={"chaos": sibling(ctx, "chaos")})
 
 
-EXPERIMENT = report("soak", __name__, "reliability-soak")
+EXPERIMENT = own(
+    "soak", "reliability-soak", SOAK_QUICK, SOAK_FULL, run,
+    lambda result, plan: page(soak=result.records, chaos=result.view.get("chaos")),
+    summary_in_json=True, plot=plot, page="reliability",
+)  # fmt: skip
