@@ -133,7 +133,6 @@ class Experiment(Generic[P]):
     title: str = ""
     record_name: str = ""  # the record's file stem when it is not ``name`` (e.g. peer → peer-flower)
     page: str = ""  # the markdown's file stem when not the record's (soak, chaos: reliability.md)
-    writes_files: bool = False  # a benchmark that still writes its own files (lab/bench/__init__.py)
 
     @property
     def stem(self) -> str:

@@ -96,9 +96,6 @@ def write(entry_: Experiment[Any], plan: Any, result: Result, out_dir: Path, nam
 
     out_dir.mkdir(parents=True, exist_ok=True)
     record = result.record()
-    if entry_.writes_files:
-        result.claims = [Claim(*row) for row in claims(entry_.stem, record)]
-        return record
     (out_dir / f"{name}.json").write_text(entry_.dumps(record))
     page = name.replace(entry_.stem, entry_.page, 1) if entry_.page else name
     (out_dir / f"{page}.md").write_text(entry_.markdown(result, plan).rstrip() + "\n")

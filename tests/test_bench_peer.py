@@ -67,12 +67,12 @@ def _no_leftovers(marker: str) -> list[str]:
 
 @pytest.mark.slow
 def test_quick_fleet_side(tmp_path, monkeypatch):
-    from lab.bench.peer import main
+    from lab.bench import run_report
     from server.settings import Settings
 
     monkeypatch.setenv("FLEET_PEER_FLOWER", "0")
     monkeypatch.delenv("FLEET_PEER_ARMS", raising=False)
-    payload = main(quick=True, out_dir=tmp_path)
+    payload = run_report("peer", quick=True, out_dir=tmp_path)
     for suffix in ("md", "json", "png"):
         assert (tmp_path / f"peer-flower-quick.{suffix}").stat().st_size > 0
     (run,) = payload["runs"]

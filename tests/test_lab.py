@@ -73,3 +73,48 @@ def test_the_wheel_never_imports_the_lab():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# the tests whose subject is the lab itself; every other test is a test of the system and must not import
+# the lab (it imports tests/support/, which the lab imports too). pyproject.toml's import-linter contract
+# says the same for `make lint`; this catches it in the test run.
+LAB_TESTS = {
+    "test_lab.py", "test_experiments_quick.py", "test_profiler_experiments.py", "test_results_table.py",
+    "test_dp_staleness_report.py",
+}  # fmt: skip
+
+
+def _imports_lab(path: Path) -> list[str]:
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found += [f"{path.name}:{node.lineno} {n}" for n in names if n == "lab" or n.startswith("lab.")]
+    return found
+
+
+def test_tests_of_the_system_do_not_import_the_lab():
+    tests = ROOT / "tests"
+    prefixes = ("test_bench", "test_experiment")
+    lab_tests = [p for p in tests.glob("*.py") if p.name in LAB_TESTS or p.name.startswith(prefixes)]
+    others = [p for p in [*tests.glob("*.py"), *tests.glob("support/*.py")] if p not in lab_tests]
+    assert not [hit for p in others for hit in _imports_lab(p)]
+    assert _imports_lab(tests / "test_lab.py")  # the scan sees imports
+
+
+def test_benchmarks_do_not_branch_on_quick():
+    """Plans are data: no ``if quick`` / ``… if quick else …`` in lab/bench (``plan.quick`` names files)."""
+    import ast
+
+    branches = []
+    for path in (ROOT / "lab" / "bench").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.If | ast.IfExp | ast.While):
+                names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+                if "quick" in names:
+                    branches.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert branches == []
+

@@ -3,8 +3,8 @@
 ``performance``: the modules of ``BENCHMARKS`` (each ``run(plan) -> {"name", "figures", "table"}``, its
 plan a section of ``PerformancePlan``, lab/bench/plans.py), written to docs/results/performance.{json,md}.
 The others (lab/runner.py's BENCHMARKS) have a report of their own: ``own`` below registers one on the
-lab's contract (``run(plan, ctx) -> Result``, the runner writes the files); ``report`` adapts those not
-converted yet, whose ``main`` still writes their files.
+lab's contract (``run(plan, ctx) -> Result``, its plans in lab/bench/plans.py, the runner writes the
+files).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +82,7 @@ def run_benchmarks(names: list[str], *, quick: bool = False, out_dir: Path = RES
     """Run some of the performance benchmarks through the lab's runner; returns performance.json."""
     from lab.runner import run
 
-    plan = dataclasses.replace(PERFORMANCE_QUICK if quick else PERFORMANCE_FULL, benchmarks=tuple(names))
+    plan = dataclasses.replace(EXPERIMENT.plan(quick), benchmarks=tuple(names))
     record = run("performance", quick=quick, out_dir=out_dir, plan=plan, progress=False).record()
     return {k: v for k, v in record.items() if k != "summary"}
 
@@ -133,30 +132,6 @@ def own(
         name, quick, full, run, markdown, plot=plot, kind="benchmark", record_name=stem, page=page,
         dumps=records_and_summary if summary_in_json else records_only,
     )  # fmt: skip
-
-
-def report(name: str, module: str, stem: str) -> Experiment[BenchPlan]:
-    """A benchmark not converted yet: its ``main(quick=, out_dir=)`` still writes its files
-    (docs/results/STEM.{json,md}); the runner shows its summary and reads its claims."""
-
-    def run(plan: BenchPlan, ctx: Context) -> Result:
-        ctx.results.mkdir(parents=True, exist_ok=True)
-        out = importlib.import_module(module).main(quick=plan.quick, out_dir=ctx.results)
-        summary = out.get("summary", {}) if isinstance(out, dict) else {}
-        written = ctx.results / f"{stem}{'-quick' if plan.quick else ''}.json"
-        record = json.loads(written.read_text()) if written.exists() else {}
-        record.pop("summary", None)
-        return Result(summary if isinstance(summary, dict) else {"text": summary}, records=record)
-
-    return Experiment(
-        name, BenchPlan(quick=True), BenchPlan(), run, lambda r, p: "", kind="benchmark", record_name=stem,
-        writes_files=True,
-    )  # fmt: skip
-
-
-@dataclass(frozen=True, kw_only=True)
-class BenchPlan(Plan):
-    """The plan of a benchmark not converted yet: its module's own settings are chosen by ``quick``."""
 
 
 EXPERIMENT = Experiment(

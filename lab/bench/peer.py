@@ -29,7 +29,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lab.bench import RESULTS, machine, report
+from lab.bench import RESULTS, machine, own
 from lab.bench.peer_fleet import FleetArm, run_fleet_arm
 from lab.bench.peer_flower_run import (
     FlowerArm,
@@ -39,6 +39,8 @@ from lab.bench.peer_flower_run import (
     run_flower_arm,
 )
 from lab.bench.peer_workload import Workload, write_workload
+from lab.contract import Context, Result
+from lab.contract import Plan as LabPlan
 from server.strategies import default_strategy
 
 Arm = FleetArm | FlowerArm
@@ -63,8 +65,8 @@ FLOWER_ARMS = ("flower:e1:0.3", "flower:e1:0.6")
 DEPLOYMENT_ARM = "flower-deployment"  # the deployment engine at the best legacy configuration
 
 
-@dataclass(frozen=True)
-class Plan:
+@dataclass(frozen=True, kw_only=True)
+class Plan(LabPlan):
     devices: int = 20
     targets: tuple[float, ...] = (0.8, 0.9)
     fleet_cap_s: float = 150.0
@@ -72,10 +74,13 @@ class Plan:
     arms: tuple[str, ...] = (*FLOWER_ARMS, *FLEET_ARMS, DEPLOYMENT_ARM)
     flower_twice: bool = True  # Flower's legacy arms before and after Fleet's
     flower: bool = True
+    install_flower: bool = True  # create Flower's venv when missing (FLEET_PEER_FLOWER=1 forces it)
     seed: int = 0
 
 
 QUICK = Plan(
+    quick=True,
+    install_flower=False,
     devices=4,
     targets=(0.5, 0.95),
     fleet_cap_s=15.0,
@@ -178,15 +183,15 @@ def _run_one(
     return {**result, "phase": phase, "load_average_at_start": load}
 
 
-def _flower_python(plan: Plan, quick: bool) -> tuple[Path | None, list[str]]:
-    """Flower's interpreter, installing its venv when needed, except in quick mode (never installs
-    unless FLEET_PEER_FLOWER=1) or with FLEET_PEER_FLOWER=0; and a note when Flower is skipped."""
+def _flower_python(plan: Plan) -> tuple[Path | None, list[str]]:
+    """Flower's interpreter, installing its venv when needed unless the plan says not to (the quick
+    plan, unless FLEET_PEER_FLOWER=1) or FLEET_PEER_FLOWER=0; and a note when Flower is skipped."""
     force = os.environ.get("FLEET_PEER_FLOWER")
     if not plan.flower:
         return None, ["Flower not run (--no-flower)."]
     if force == "0":
         return None, ["Flower skipped: FLEET_PEER_FLOWER=0."]
-    if force == "1" or not quick:
+    if force == "1" or plan.install_flower:
         return ensure_flower_venv(), []
     if (python := flower_python()) is not None:
         return python, []
@@ -197,12 +202,14 @@ def _flower_python(plan: Plan, quick: bool) -> tuple[Path | None, list[str]]:
     return None, [note]
 
 
-def run(plan: Plan, *, quick: bool, out_dir: Path, console: Console | None = None) -> dict[str, Any]:
-    """Run every arm of ``plan`` and write the report; returns the report's JSON payload."""
-    from lab.bench.peer_report import write_report
+def run(plan: Plan, ctx: Context) -> Result:
+    """Run every arm of ``plan`` (FLEET_PEER_ARMS replaces its arms); the runner writes the report."""
+    from lab.bench.peer_report import report
 
-    console = console or Console()
-    python, notes = _flower_python(plan, quick)
+    if arms := os.environ.get("FLEET_PEER_ARMS"):
+        plan = replace(plan, arms=tuple(a.strip() for a in arms.split(",") if a.strip()))
+    console = Console()
+    python, notes = _flower_python(plan)
     schedule = _schedule(replace(plan, flower=python is not None))
     strategy, rate = default_strategy()
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -223,7 +230,7 @@ def run(plan: Plan, *, quick: bool, out_dir: Path, console: Console | None = Non
                 workdir.mkdir()
                 results.append(_run_one(arm, phase, plan, workload, workdir, python, progress, console))
     meta = {
-        "quick": quick,
+        "quick": plan.quick,
         "plan": plan,
         "notes": notes,
         "default_strategy": {"strategy": strategy, "learning_rate": rate},
@@ -237,15 +244,7 @@ def run(plan: Plan, *, quick: bool, out_dir: Path, console: Console | None = Non
             "init_sha256": workload.init_sha256,
         },
     }
-    return write_report(results, meta, out_dir)
-
-
-def main(*, quick: bool, out_dir: Path = RESULTS) -> dict[str, Any]:
-    """`python -m lab run peer`: the full plan, or QUICK; FLEET_PEER_ARMS replaces the arms."""
-    plan = QUICK if quick else Plan()
-    if arms := os.environ.get("FLEET_PEER_ARMS"):
-        plan = replace(plan, arms=tuple(a.strip() for a in arms.split(",") if a.strip()))
-    return run(plan, quick=quick, out_dir=out_dir)
+    return report(results, meta)
 
 
 def cli() -> None:  # pragma: no cover - `python -m bench.peer`
@@ -275,11 +274,25 @@ def cli() -> None:  # pragma: no cover - `python -m bench.peer`
     plan = replace(plan, **{k: v for k, v in changes.items() if v is not None})
     for spec in plan.arms:
         parse_arm(spec)  # fail before anything runs
-    summary = run(plan, quick=args.quick, out_dir=args.out)["summary"]
+    from lab.runner import run as run_entry
+
+    summary = run_entry("peer", quick=args.quick, out_dir=args.out, plan=plan, progress=False).summary
     Console().print(summary)
 
 
-EXPERIMENT = report("peer", __name__, "peer-flower")
+def _markdown(result: Result, plan: Plan) -> str:
+    from lab.bench.peer_report import markdown
+
+    return markdown(result, plan)
+
+
+def _plot(result: Result) -> Any:
+    from lab.bench.peer_report import plot_result
+
+    return plot_result(result)
+
+
+EXPERIMENT = own("peer", "peer-flower", QUICK, Plan(), run, _markdown, summary_in_json=True, plot=_plot)
 
 
 if __name__ == "__main__":

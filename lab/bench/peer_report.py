@@ -1,4 +1,5 @@
-"""The peer benchmark's report: docs/results/peer-flower.md/.json/.png (peer-flower-quick.* for --quick).
+"""The peer benchmark's report: docs/results/peer-flower.md/.json/.png (peer-flower-quick.* for --quick),
+written by the lab's runner from ``report``'s result.
 
 Times are to the first evaluation at or above a target; a run that never got there is censored at its
 length (its cap, or where it stopped) and shown "≥", and so is what it spent. Ratios are against
@@ -8,10 +9,10 @@ Flower's best run (the fastest legacy-mode run, before or after Fleet): below 1,
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from lab.render import figure, save_figure, write_json, write_markdown
+from lab.contract import Result
+from lab.render import figure
 
 
 def _key(target: float) -> str:
@@ -214,7 +215,7 @@ configuration before and after Fleet's arms shows the machine's noise.
     return "\n".join([head, HOW, "## Results", "", *_table(summary), "", tail])
 
 
-def plot(results: list[dict[str, Any]], targets: tuple[float, ...], out_dir: Path, stem: str) -> None:
+def plot(results: list[dict[str, Any]], targets: tuple[float, ...]) -> Any:
     fig, (ax,) = figure(width=8.0, height=4.5)
     styles = {"fleet": "-", "legacy": "--", "deployment": ":"}
     for r in results:
@@ -230,22 +231,29 @@ def plot(results: list[dict[str, Any]], targets: tuple[float, ...], out_dir: Pat
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    save_figure(fig, out_dir, stem)
+    return fig
 
 
-def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Write the three files; returns the JSON payload (with its ``summary``)."""
-    stem = "peer-flower-quick" if meta["quick"] else "peer-flower"
+def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> Result:
+    """The record (peer-flower.json: the payload, its ``summary`` last), the markdown's and the plot's
+    inputs; the lab's runner writes the three files (peer-flower-quick.* for the quick plan)."""
     summary = summarise(results, meta)
-    plot(results, meta["plan"].targets, out_dir, stem)
-    write_markdown(out_dir, stem, render(summary, meta, stem))
     runs = [{k: v for k, v in r.items() if k != "work_at"} for r in results]
+    plan = {k: v for k, v in asdict(meta["plan"]).items() if k not in ("quick", "install_flower")}
     payload = {
         "name": "peer",
         "command": "python -m lab run peer" + (" --quick" if meta["quick"] else ""),
         **{k: v for k, v in meta.items() if k != "plan"},
-        "plan": asdict(meta["plan"]),
+        "plan": plan,
         "runs": runs,
-        "summary": summary,
     }
-    return write_json(out_dir, stem, payload)
+    return Result(summary, records=payload, view={"results": results, "meta": meta})
+
+
+def markdown(result: Result, plan: Any) -> str:
+    stem = "peer-flower-quick" if plan.quick else "peer-flower"
+    return render(result.summary, result.view["meta"], stem)
+
+
+def plot_result(result: Result) -> Any:
+    return plot(result.view["results"], result.view["meta"]["plan"].targets)

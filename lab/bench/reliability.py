@@ -10,8 +10,8 @@ from lab.contract import Context
 
 def sibling(ctx: Context, name: str) -> dict[str, Any] | None:
     """The other reliability record (soak's or chaos's) of the same kind of run (quick or full), if any."""
-    quick = ctx.name.endswith("-quick")
-    path = ctx.results / f"reliability-{name}{'-quick' if quick else ''}.json"
+    own = ctx.name.removesuffix("-quick")  # reliability-soak or reliability-chaos
+    path = ctx.results / f"{ctx.name.replace(own, f'reliability-{name}', 1)}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
