@@ -117,4 +117,3 @@ def test_benchmarks_do_not_branch_on_quick():
                 if "quick" in names:
                     branches.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert branches == []
-

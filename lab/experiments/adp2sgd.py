@@ -101,26 +101,21 @@ def run_one(setup: Setup, method: str, *, sigma: float, case: str = "equal", bat
             "seconds": time.perf_counter() - started}  # fmt: skip
 
 
-def jobs(quick: bool, seed: int) -> list[dict[str, Any]]:
-    """Every run of the experiment: Table 1 (equal speeds, each noise level), cases I-II at medium noise,
-    case III (2B, 2η, small noise). Full mode: logreg on 3 seeds, mlp on 2 (it is ~5x slower here)."""
-    models = (
-        {"logreg": [seed]}
-        if quick
-        else {"logreg": [seed + s for s in SEEDS], "mlp": [seed + s for s in SEEDS[:2]]}
-    )
-    levels = ("none", "medium") if quick else tuple(NOISE)
+def jobs(plan: Adp2sgdPlan, seed: int) -> list[dict[str, Any]]:
+    """Every run of the experiment: Table 1 (equal speeds, each of the plan's noise levels), cases I-II at
+    medium noise, case III (2B, 2η, small noise) when the plan has it. The full plan: logreg on 3 seeds,
+    mlp on 2 (it is ~5x slower here)."""
+    models = {model: [seed + s for s in offsets] for model, offsets in plan.seeds}
     out = []
     for model, seeds in models.items():
         for s in seeds:
             for method in ("sync", "adp2sgd"):
-                common = dict(model=model, seed=s, method=method, epochs=2 if quick else EPOCHS)
-                out += [
-                    dict(part="table1", level=lv, sigma=NOISE[lv], case="equal", **common) for lv in levels
-                ]
+                common = dict(model=model, seed=s, method=method, epochs=plan.epochs)
+                out += [dict(part="table1", level=lv, sigma=NOISE[lv], case="equal", **common)
+                        for lv in plan.levels]  # fmt: skip
                 out += [dict(part=c, level="medium", sigma=NOISE["medium"], case=c, **common)
                         for c in ("random-2x", "one-10x")]  # fmt: skip
-                if not quick:
+                if plan.case3:
                     case3 = dict(sigma=NOISE["small"], case="equal", batch=2 * BATCH, lr=2 * LR[model])
                     out.append(dict(part="case3", level="small", **case3, **common))
     return sorted(out, key=lambda j: j["model"] != "mlp")  # the slow model first, for the pool's balance
@@ -142,14 +137,22 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
 class Adp2sgdPlan(Plan):
     workers: int = 2  # a fork pool of 2 (2 cores here); 1: in this process
     epochs: int = EPOCHS
+    # the models and their seeds (offsets added to ctx.seed)
+    seeds: tuple[tuple[str, tuple[int, ...]], ...] = (("logreg", SEEDS), ("mlp", SEEDS[:2]))
+    levels: tuple[str, ...] = tuple(NOISE)  # Table 1's noise levels
+    case3: bool = True  # case III: 2B, 2η, small noise
+    targets: tuple[tuple[str, float], ...] = tuple(TARGET.items())  # wall-clock target per model
 
 
 FULL = Adp2sgdPlan()
-QUICK = Adp2sgdPlan(quick=True, workers=1, epochs=2)
+QUICK = Adp2sgdPlan(
+    quick=True, workers=1, epochs=2, seeds=(("logreg", (0,)),), levels=("none", "medium"), case3=False,
+    targets=(("logreg", QUICK_TARGET), ("mlp", QUICK_TARGET)),
+)  # fmt: skip
 
 
 def run(plan: Adp2sgdPlan, ctx: Context) -> Result:
-    todo = jobs(plan.quick, ctx.seed)
+    todo = jobs(plan, ctx.seed)
     with ctx.steps("runs", len(todo)) as steps:
         if plan.workers <= 1:
             runs = []
@@ -164,7 +167,7 @@ def run(plan: Adp2sgdPlan, ctx: Context) -> Result:
                 for r in pool.imap(_work, todo):
                     runs.append(r)
                     steps.advance()
-    summary = summarise(runs, plan.quick)
+    summary = summarise(runs, dict(plan.targets))
     params = {"learners": LEARNERS, "batch": BATCH, "clip": CLIP, "noise": NOISE, "lr": LR,
               "epochs": plan.epochs, "target": summary["target"]}  # fmt: skip
     records = {"seed_table1": SEED_TABLE1, "seed_claims": SEED_CLAIMS, "runs": runs,
@@ -184,7 +187,7 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def summarise(runs: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+def summarise(runs: list[dict[str, Any]], targets: dict[str, float]) -> dict[str, Any]:
     """Table 1 (mean final accuracy % over seeds, gap A(DP)² − SYNC), wall-clock to the target, case III,
     Theorem 2 beside the accountants."""
     pick = lambda **kw: [r for r in runs if all(r[k] == v for k, v in kw.items())]  # noqa: E731
@@ -206,7 +209,7 @@ def summarise(runs: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
         times[model] = {}
         for case in ("equal", "random-2x", "one-10x"):
             part = "table1" if case == "equal" else case
-            goal = QUICK_TARGET if quick else TARGET[model]
+            goal = targets[model]
             entry: dict[str, Any] = {"target": goal}
             for m in ("sync", "adp2sgd"):
                 rs = pick(model=model, part=part, level="medium", method=m)

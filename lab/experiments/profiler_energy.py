@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
-from lab.experiments.profiler_live import run_live_pair
+from lab.experiments.profiler_live import LIVE_FULL, LIVE_QUICK, LivePlan, run_live_pair
 from lab.experiments.profiler_report import SETUP_NOTES, deviation_stats, dumps, markdown, plot
 from lab.experiments.profiler_sim import simulate
 from lab.experiments.profiler_time import shares
@@ -30,10 +30,11 @@ class ProfilerPlan(Plan):
     seeds: int = 5  # simulation seeds from --seed on
     requests_per_device: int = 28
     fast_device_tasks: int = 20
+    live: LivePlan = LIVE_FULL
 
 
 FULL = ProfilerPlan()
-QUICK = ProfilerPlan(quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6)
+QUICK = ProfilerPlan(quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6, live=LIVE_QUICK)
 
 
 def run(plan: ProfilerPlan, ctx: Context) -> Result:
@@ -42,7 +43,7 @@ def run(plan: ProfilerPlan, ctx: Context) -> Result:
     runs = simulate(kind="energy", slo=SLO, requests_per_device=plan.requests_per_device, seeds=seeds)
     per_seed = [deviation_stats(r["records"], "energy", SLO, 1.0) for r in runs]
     sim = per_seed[0]
-    live = run_live_pair("energy", LIVE_SLO, 1.0, quick=plan.quick, seed=seed, label=f"SLO {LIVE_SLO}%")
+    live = run_live_pair("energy", LIVE_SLO, 1.0, plan=plan.live, seed=seed, label=f"SLO {LIVE_SLO}%")
     summary = {
         "sim_slo_percent": SLO,
         "sim_iprof_p90_percent": sim["iprof"]["p90"],

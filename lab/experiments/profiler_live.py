@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,28 @@ from sim.devices import split_roles
 
 __all__ = ["run_live"]
 
-# (cores, threads) of the test devices, the most heterogeneous first (quick mode takes a prefix)
+# (cores, threads) of the test devices, the most heterogeneous first (a plan takes a prefix)
 TEST_SETUPS: list[tuple[list[int], int]] = [([0], 1), ([0, 1], 2), ([1], 2), ([1], 1), ([0, 1], 1), ([0], 2)]
 BOOT_SETUPS: list[tuple[list[int], int, bool]] = [([0], 1, False), ([0, 1], 2, False), ([1], 1, True)]
+
+
+@dataclass(frozen=True)
+class LivePlan:
+    """The live comparison's settings (a field of profiler-time's and profiler-energy's plans)."""
+
+    duration_s: float = 150.0
+    test_setups: int = len(TEST_SETUPS)  # a prefix of TEST_SETUPS
+    boot_setups: int = len(BOOT_SETUPS)  # a prefix of BOOT_SETUPS
+    growth: float = 1.25  # the bootstrap's batch growth per step
+    start_batch: int = 64
+    shared: bool = True  # also run the workers sharing cores
+
+
+# quick: a loaded machine still serves both profilers in 15 s
+LIVE_QUICK = LivePlan(
+    duration_s=15.0, test_setups=3, boot_setups=1, growth=1.6, start_batch=256, shared=False
+)
+LIVE_FULL = LivePlan()
 
 
 def _child(role: str, cfg: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
@@ -61,13 +81,13 @@ def _loads(deadline: float, log: Path) -> list[subprocess.Popen[bytes]]:
 
 
 def _bootstrap(
-    work: Path, shards: list[Path], kind: str, slo: float, quick: bool, seed: int
+    work: Path, shards: list[Path], kind: str, slo: float, plan: LivePlan, seed: int
 ) -> list[dict[str, Any]]:
     from sim.devices import load_catalog
 
     boot_specs, _ = split_roles(load_catalog())
     rows: list[dict[str, Any]] = []
-    setups = BOOT_SETUPS[:1] if quick else BOOT_SETUPS
+    setups = BOOT_SETUPS[: plan.boot_setups]
     for i, (cores, threads, loaded) in enumerate(setups):
         out = work / f"boot_{i}.jsonl"
         cfg = {
@@ -80,8 +100,8 @@ def _bootstrap(
             "out": str(out),
             "time_slo_ms": slo if kind == "time" else 0.0,
             "energy_slo": slo if kind == "energy" else None,
-            "growth": 1.6 if quick else 1.25,
-            "start_batch": 256 if quick else 64,
+            "growth": plan.growth,
+            "start_batch": plan.start_batch,
         }
         loads = _loads(time.time() + 120, work / "load.log") if loaded else []
         try:
@@ -98,7 +118,7 @@ def run_live(
     *,
     kind: str,
     slo: float,
-    quick: bool,
+    plan: LivePlan = LIVE_FULL,
     seed: int = 0,
     exclusive_cores: bool = True,
     duration: float | None = None,
@@ -112,15 +132,15 @@ def run_live(
     from sim.data import write_shards
     from sim.devices import load_catalog
 
-    duration = duration or (15.0 if quick else 150.0)  # quick: a loaded machine still serves both profilers
-    setups = TEST_SETUPS[:3] if quick else TEST_SETUPS
+    duration = duration or plan.duration_s
+    setups = TEST_SETUPS[: plan.test_setups]
     _, test_specs = split_roles(load_catalog())
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         work = Path(tmp)
         shards, _ = write_shards(work / "data", devices=len(setups), partition="iid", seed=seed)
         load_before = os.getloadavg()
         t_start = time.time()
-        boot_rows = _bootstrap(work, shards, kind, slo, quick, seed)
+        boot_rows = _bootstrap(work, shards, kind, slo, plan, seed)
         boot_path = write_bootstrap(boot_rows, work / "bootstrap.csv")
         key = "time_slope_ms" if kind == "time" else "energy_slope"
         epsilon = EPSILON_FRACTION * float(np.mean([r[key] for r in boot_rows]))
@@ -195,15 +215,17 @@ def run_live(
 
 
 def run_live_pair(
-    kind: str, slo: float, scale: float, *, quick: bool, seed: int, label: str
+    kind: str, slo: float, scale: float, *, plan: LivePlan, seed: int, label: str
 ) -> dict[str, Any]:
     """Both live set-ups, one worker per core at a time and (full runs) workers sharing cores: their
     deviation stats, the summary keys they add, their plot panels and their raw records."""
     from lab.experiments.profiler_report import deviation_stats, live_breakdown
 
-    live = run_live(kind=kind, slo=slo, quick=quick, seed=seed)
+    live = run_live(kind=kind, slo=slo, plan=plan, seed=seed)
     stats = deviation_stats(live["records"], kind, slo, scale)
-    shared = None if quick else run_live(kind=kind, slo=slo, quick=False, seed=seed, exclusive_cores=False)
+    shared = (
+        run_live(kind=kind, slo=slo, plan=plan, seed=seed, exclusive_cores=False) if plan.shared else None
+    )
     shared_stats = deviation_stats(shared["records"], kind, slo, scale) if shared else {}
     summary = {
         "live_iprof_p90_fraction": stats.get("iprof", {}).get("p90_fraction_of_slo"),

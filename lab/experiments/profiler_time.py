@@ -16,7 +16,7 @@ import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
 from lab.experiments.profiler_fast_device import run_fast_device_check
-from lab.experiments.profiler_live import run_live_pair
+from lab.experiments.profiler_live import LIVE_FULL, LIVE_QUICK, LivePlan, run_live_pair
 from lab.experiments.profiler_report import SETUP_NOTES, deviation_stats, dumps, markdown, plot
 from lab.experiments.profiler_sim import simulate
 from profiler.defaults import TUNED_PARAMS
@@ -35,10 +35,11 @@ class ProfilerPlan(Plan):
     seeds: int = 5  # simulation seeds from --seed on
     requests_per_device: int = 28
     fast_device_tasks: int = 20
+    live: LivePlan = LIVE_FULL
 
 
 FULL = ProfilerPlan()
-QUICK = ProfilerPlan(quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6)
+QUICK = ProfilerPlan(quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6, live=LIVE_QUICK)
 
 
 def run(plan: ProfilerPlan, ctx: Context) -> Result:
@@ -50,7 +51,7 @@ def run(plan: ProfilerPlan, ctx: Context) -> Result:
     half = [
         deviation_stats([x for x in r["records"] if x["request"] < 14], "time", SLO_MS, 1000.0) for r in runs
     ]
-    live = run_live_pair("time", LIVE_SLO_MS, 1000.0, quick=plan.quick, seed=seed, label="SLO 0.5 s")
+    live = run_live_pair("time", LIVE_SLO_MS, 1000.0, plan=plan.live, seed=seed, label="SLO 0.5 s")
     fast = run_fast_device_check(tasks=plan.fast_device_tasks)
     summary = {
         "sim_slo_s": SLO_MS / 1000,
