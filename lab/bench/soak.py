@@ -1,6 +1,6 @@
 """Soak: many devices for a long while against one coordinator, as users run it (SQLite file, default
 rate limits). What must hold: no 5xx, the coordinator's memory flat, and every acknowledged gradient
-stored and applied exactly once (bench/ledger.py).
+stored and applied exactly once (tests/support/ledger.py).
 
 `python -m lab run soak` (200 devices, 10 minutes) writes docs/results/reliability-soak.json and the RSS plot,
 and rewrites reliability.md; `--quick` is 10 devices for 10 s.
