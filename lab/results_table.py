@@ -157,14 +157,16 @@ def peer_rows(data: dict[str, Any]) -> Iterator[Row]:
     def secs(arm: dict[str, Any]) -> str:
         return ("≥ " if arm["time_to_90_censored"] else "") + f"{arm['time_to_90_s']:.1f}"
 
-    flower = arms[data["summary"]["flower_best"]]
-    yield (
-        "wall s to 90%, peer workload (20 devices, non-IID): Fleet's default untuned / Flower FedAvg best",
-        f"{secs(default)} / {secs(flower)} "
-        f"({default['ratio_mark_90']}{default['ratio_to_flower_best_90']:.2f}x)",
-        "≤ 0.3x",
-        _link("peer-flower.md"),
-    )
+    if (best := data["summary"]["flower_best"]) is not None:  # None: Flower not run (a quick plan)
+        flower = arms[best]
+        yield (
+            "wall s to 90%, peer workload (20 devices, non-IID): Fleet's default untuned / "
+            "Flower FedAvg best",
+            f"{secs(default)} / {secs(flower)} "
+            f"({default['ratio_mark_90']}{default['ratio_to_flower_best_90']:.2f}x)",
+            "≤ 0.3x",
+            _link("peer-flower.md"),
+        )
     # every Fleet arm with a strategy and rate of its own (not the default, nor the default × a factor)
     tuned = {n: a for n, a in arms.items() if a["system"] == "fleet" and n.count(":") >= 2}
     if tuned:
