@@ -240,15 +240,3 @@ def test_devices_train_through_the_topology_to_80_percent(tmp_path, postgres_dat
         >= final["version"]
         > 0
     )
-
-
-def test_bench_topology_option_is_checked():
-    from typer.testing import CliRunner
-
-    from fleet.cli import app
-
-    runner = CliRunner()
-    bad = runner.invoke(app, ["bench", "throughput", "--topology", "mesh"])
-    assert bad.exit_code != 0 and "single or workers" in bad.output
-    wrong = runner.invoke(app, ["bench", "gradient", "--topology", "workers"])
-    assert wrong.exit_code != 0 and "throughput benchmark only" in wrong.output
