@@ -22,7 +22,8 @@ def is_float16_exact(values: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("float16", [True, False])
 def test_only_the_float16_arm_rounds_pulled_params_and_pushed_gradients(monkeypatch, float16):
-    """What the experiment claims to compare: the arms differ exactly in the wire's rounding."""
+    """What the experiment claims to compare: the arms differ exactly in the wire's rounding, on the way
+    to the device and on the way into the coordinator core's strategy."""
     pulled: list[np.ndarray] = []
     pushed: list[np.ndarray] = []
 
@@ -31,13 +32,14 @@ def test_only_the_float16_arm_rounds_pulled_params_and_pushed_gradients(monkeypa
             pulled.append(np.array(flat_params))
             return super().loss_and_gradient(flat_params, x, y)
 
-    class RecordingAdaSGD(AdaSGD):
-        def receive(self, arrival):  # type: ignore[no-untyped-def]
-            pushed.append(np.array(arrival.gradient))
-            return super().receive(arrival)
+    receive = AdaSGD.receive
+
+    def recording_receive(self, arrival):  # type: ignore[no-untyped-def]
+        pushed.append(np.array(arrival.gradient))
+        return receive(self, arrival)
 
     monkeypatch.setattr(wire_float16, "GradientSession", RecordingSession)
-    monkeypatch.setattr(wire_float16, "AdaSGD", RecordingAdaSGD)
+    monkeypatch.setattr(AdaSGD, "receive", recording_receive)  # the core's strategy, built by compose
     wire_float16.train(seed=0, updates=12, float16=float16)
 
     assert len(pulled) == len(pushed) == 12

@@ -172,6 +172,9 @@ def test_mapa_quick_reports_both_samplers_and_the_seed_claims(tmp_path):
     assert runs >= {("audp", 15.0), ("audp", 0.2), ("mapa", 200.0)}
     assert all(r["epsilon_per_device"] == pytest.approx(0.2) for r in data["fig5"])  # 200 steps / 100 edges
     assert {r["method"] for r in data["fig7"]} == {"asgd", "audp", "mapa"}
+    # through the core: every push applied as one version (τ = K − 1 ≤ τ_max, nothing dropped)
+    every = data["fig5"] + data["fig6"] + data["fig7"]
+    assert all(r["updates"] == r["iterations"] and r["dropped"] == 0 for r in every)
     text = (tmp_path / "mapa-quick.md").read_text()
     assert "does NOT give the stated ε" in text and "Seed claims beside ours" in text
 
@@ -181,6 +184,7 @@ def test_vandijk_quick_runs_the_three_parts_with_the_ledgers_epsilon(tmp_path):
     run_experiment("vandijk", quick=True, out_dir=tmp_path)
     data = outputs_exist(tmp_path, "vandijk-quick")
     assert [r["rounds"] for r in data["table3"]] == [20, 5]  # 1,000 gradients / 5 devices / size
+    assert [r["updates"] for r in data["table3"]] == [100, 25]  # through the core: one version per round-sum
     assert all(r["per_client"] >= 200 for r in data["fig1a"])
     inc = next(r for r in data["fig1b"] if r["schedule"] == "linear")
     constant = [r for r in data["fig1b"] if r["schedule"] == "constant"]
@@ -277,6 +281,7 @@ def test_wkafl_quick_fills_tables_2_and_3_beside_the_seed(tmp_path):
         assert all(0 <= cell["final_accuracy"] <= 1 and cell["stability"] >= 0 for cell in row.values())
     assert data["tuning"]["seed"] == 100 and {r["seed"] for r in data["runs"]} == {0}  # tuned on another seed
     assert {len(r["curve"]) for r in data["runs"]} == {11}  # w_0 and every 4th of 40 iterations
+    assert {(r["updates"], r["refused"]) for r in data["runs"]} == {(40, 0)}  # the core steps once per K
     assert {r["paper_level"] for r in data["runs"]} == {100, 150, 300}
     text = (tmp_path / "wkafl-quick.md").read_text()
     assert "*0.9728*" in text and "*0.0834*" in text and "Seed claim beside ours" in text

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from lab.__main__ import app
@@ -117,3 +120,12 @@ def test_benchmarks_do_not_branch_on_quick():
                 if "quick" in names:
                     branches.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert branches == []
+
+
+@pytest.mark.parametrize("name", ["mapa", "wkafl", "kardam", "vandijk", "wire_float16"])
+def test_the_experiments_have_no_private_training_loop(name):
+    """They hand gradients to the core (sim/scripted.py), never to a strategy themselves."""
+    source = inspect.getsource(importlib.import_module(f"lab.experiments.{name}"))
+    assert "ScriptedFleet" in source
+    for call in ("Arrival(", ".receive(", ".aggregate(", ".ready("):
+        assert call not in source, (name, call)

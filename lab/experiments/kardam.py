@@ -5,7 +5,10 @@ test), real ONNX gradients of the thesis CNN (``mnist_cnn``), the server's ``Kar
 (server/strategies/kardam.py, f = 3) around a constant-weight inner strategy (``fedavg-async``, K = 1), so
 Λ(τ) is the only dampening. Arrival order is a shuffled round-robin, as a fleet of equally fast workers
 each looping pull → compute → push gives it (task intervals log-normal, mean 1, σ_log = 0.3); the staleness
-is imposed as the thesis's τController does: each task computes on version t − τ, τ ~ D1 = N(6, 2).
+is imposed as the thesis's τController does: each task computes on version t − τ, τ ~ D1 = N(6, 2). Every
+gradient goes through the coordinator core `fleet serve` runs (sim/scripted.py: request_task, the device's
+gradient — an attacker's sign-flipped one too —, submit), the wrapper built by server/compose.py from
+FLEET_KARDAM=true settings.
 
 "Drop ratio" (§7.4): the share of honest gradients the filters drop (Lipschitz + frequency; the thesis
 checks it against Theorem 1's f/n = 30% bound on wasted gradients), not the weight the dampening takes.
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
+from server.core.types import Rejection
 
 NAME = "kardam"
 WORKERS, F = 10, 3
@@ -31,6 +35,7 @@ TARGET = 0.80  # as in the other tables, fixed before any run
 TUNE_SEED, SEEDS = 1000, (1, 2, 3)
 LR_GRID = (0.05, 0.1, 0.2, 0.4)
 BATCH = 50
+KEPT_VERSIONS = 40  # versions a task may be computed on (the core's retention window)
 DP_CLIP, DP_NOISE = 1.0, (0.5, 1.0)  # DP-SGD: per-example clip C, noise multipliers σ/C
 THESIS = {
     "drop_inverse_pct": 27.9,
@@ -80,60 +85,72 @@ class Bench:
 
 
 def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
-    """Run one arm to its gradient budget; per-arrival outcomes are counted by who sent them."""
+    """Run one arm to its gradient budget through the coordinator core (sim/scripted.py: the strategy is
+    FLEET_KARDAM=true around fedavg-async as server/compose.py builds it, τ imposed by the core's version
+    policy); per-arrival outcomes are counted by who sent them."""
     from client._attacks import sign_flip
     from client._privacy import private_gradient
-    from server.strategies import Arrival
-    from server.strategies.fedavg_async import FedAvgAsync
-    from server.strategies.kardam import Kardam
+    from client._worker import scaled_counts
+    from server.core.errors import InvalidInput
     from sim.data import partition_iid
+    from sim.scripted import ScriptedFleet, strategy_factory
     from sim.staleness import D1
 
     rngs = [np.random.default_rng([arm.seed, purpose]) for purpose in range(4)]
     order_rng, tau_rng, batch_rng, dp_rng = rngs
     work = bench.work
     parts = partition_iid(len(work.train), WORKERS, np.random.default_rng([arm.seed, 9]))
-    strategy = Kardam(
-        FedAvgAsync(learning_rate=arm.lr, k=1),
-        f=F if arm.filters else 0,
-        dampening=arm.dampening,
-        coefficient=arm.coefficient,  # type: ignore[arg-type]
-        warmup=arm.warmup,  # type: ignore[arg-type]
-    )
-    for w in range(WORKERS):
-        strategy.on_register(f"w{w}")
-    params, versions = bench.init.copy(), {0: bench.init.copy()}
+    factory = strategy_factory(
+        strategy="fedavg-async", learning_rate=arm.lr, k=1, kardam=True, kardam_f=F if arm.filters else 0,
+        kardam_dampening=arm.dampening, kardam_coefficient=arm.coefficient, kardam_warmup=arm.warmup,
+    )  # fmt: skip
+    local = [np.bincount(work.train.y[p], minlength=work.num_classes) for p in parts]
+    fleet = ScriptedFleet(
+        work.bundle, factory, label_counts=local, batch=BATCH, version_retention=KEPT_VERSIONS,
+        version_policy=lambda request, newest: newest - D1.draw(tau_rng),  # the thesis's τController
+    )  # fmt: skip
+    strategy: Any = fleet.strategy
     clock = order_rng.lognormal(0.0, 0.3, WORKERS)
     counts = {k: 0 for k in ("honest", "honest_lipschitz", "honest_frequency", "byz", "byz_lipschitz",
                              "byz_frequency", "byz_accepted_warmup")}  # fmt: skip
-    curve: list[tuple[int, int, float]] = [(0, 0, work.evaluate(params, None)[0])]
+    curve: list[tuple[int, int, float]] = [(0, 0, work.evaluate(fleet.params, None)[0])]
     diverged = False
     coefficients: list[tuple[int, float, bool]] = []  # (version gap of the two gradients, K̂, Byzantine)
     for g in range(arm.gradients):
         w = int(np.argmin(clock))
         clock[w] += order_rng.lognormal(-0.045, 0.3)  # mean ≈ 1
-        version = strategy.inner.updates
-        base = max(0, version - D1.draw(tau_rng))
-        base = base if base in versions else min(versions)
-        model, part = versions[base], parts[w]
+        fleet.clock.now = float(g)
+        grant = fleet.ask(w)  # pull → compute → push at once: the task is on version t − τ
+        assert not isinstance(grant, Rejection), grant
+        model, part = fleet.devices[w].params, parts[w]
         if arm.dp_noise is None:
-            batch = batch_rng.choice(part, size=BATCH, replace=True)
-            _, gradient = work.gradients.loss_and_gradient(model, work.train.x[batch], work.train.y[batch])
+            batch = batch_rng.choice(part, size=grant.batch_size, replace=True)
+            loss, gradient = work.gradients.loss_and_gradient(model, work.train.x[batch], work.train.y[batch])
+            label_counts = np.bincount(work.train.y[batch], minlength=work.num_classes)
         else:
-            gradient = private_gradient(
+            private = private_gradient(
                 work.dp_gradients, model, work.train.x[part], work.train.y[part], clip=DP_CLIP,
-                noise_multiplier=arm.dp_noise, expected_batch=BATCH, rng=dp_rng,
-            ).gradient  # fmt: skip
+                noise_multiplier=arm.dp_noise, expected_batch=grant.batch_size, rng=dp_rng,
+            )  # fmt: skip
+            loss = private.loss if math.isfinite(private.loss) else 0.0
+            gradient, label_counts = private.gradient, scaled_counts(local[w].tolist(), grant.batch_size)
         byzantine = w < arm.attackers
         if byzantine:
             gradient = sign_flip(gradient)
         who = "byz" if byzantine else "honest"
         counts[who] += 1
-        device = f"w{w}"
+        device = fleet.device_id(w)
         before = (strategy.dropped_lipschitz, strategy.dropped_frequency, strategy.lipschitz.get(device))
         warm = strategy.threshold() is None
-        arrival = Arrival(f"t{g}", device, base, version - base, gradient, np.zeros(10), BATCH, 0.0, float(g))
-        strategy.receive(arrival)
+        if not (math.isfinite(loss) and np.isfinite(gradient).all()):
+            diverged = True  # a worker does not push a non-finite gradient: the run is over
+            break
+        try:
+            outcome = fleet.push(w, gradient, loss=float(loss), label_counts=label_counts)
+        except InvalidInput:
+            diverged = True
+            break
+        base = grant.version
         coefficient, reference = strategy.lipschitz.get(device), strategy.reference
         warm = warm or reference is None
         if coefficient is not before[2] and coefficient is not None and reference is not None:
@@ -143,16 +160,14 @@ def simulate(bench: Bench, arm: Arm) -> dict[str, Any]:
         accepted = (strategy.dropped_lipschitz, strategy.dropped_frequency) == before[:2]
         if byzantine and accepted and warm:
             counts["byz_accepted_warmup"] += 1
-        if strategy.ready(float(g)):
-            params = strategy.aggregate(params)
-            versions[strategy.inner.updates] = params
-            versions.pop(strategy.inner.updates - 40, None)
-            if strategy.inner.updates % arm.eval_every == 0:
-                accuracy, loss, _ = work.evaluate(params, None)
-                curve.append((strategy.inner.updates, g + 1, accuracy))
-                if not math.isfinite(loss):
-                    diverged = True
-                    break
+        if outcome.applied and outcome.version % arm.eval_every == 0:
+            accuracy, loss, _ = work.evaluate(fleet.params, None)
+            curve.append((outcome.version, g + 1, accuracy))
+            if not math.isfinite(loss):
+                diverged = True
+                break
+    if diverged and curve[-1][0] != fleet.version:
+        curve.append((fleet.version, g + 1, work.evaluate(fleet.params, None)[0]))
     return summarise_arm(arm, counts, curve, diverged, strategy.describe(), coefficients)
 
 

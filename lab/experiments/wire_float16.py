@@ -1,9 +1,10 @@
 """`wire-float16`: the accuracy cost of sending parameters and gradients as float16.
 
 Paired runs: for one seed both encodings get the same initial model, partition, device order and
-mini-batches; the only difference is that the float16 run rounds every pulled parameter vector and
-every pushed gradient to float16, as the wire would. Ten devices with IID MNIST shards push in turn
-(staleness ≈ 9), AdaSGD with K = 1. The table gives the test accuracy per seed (mean of the last three
+mini-batches; the only difference is that the float16 run pulls every parameter vector and pushes every
+gradient in float16, through the wire's own encoding. Ten devices with IID MNIST shards push in turn
+(staleness ≈ 9) to the coordinator core `fleet serve` runs (sim/scripted.py), AdaSGD with K = 1 built as
+the server builds it. The table gives the test accuracy per seed (mean of the last three
 evaluations, every 50 updates) and the paired difference with its spread.
 """
 
@@ -18,54 +19,52 @@ from client import GradientSession
 from lab.contract import Context, Experiment, Plan, Result
 from models.manifest import builtin
 from server.core.evaluation import Evaluator
-from server.strategies import AdaSGD, Arrival
+from server.core.types import Rejection, TaskGrant
 from sim.data import load_mnist, partition_iid
+from sim.scripted import ScriptedFleet, strategy_factory
 
 DEVICES, BATCH, LEARNING_RATE = 10, 64, 0.3
 
 
 def train(*, seed: int, updates: int, float16: bool) -> list[float]:
-    """Test accuracy every 50 updates of one run."""
+    """Test accuracy every 50 updates of one run, through the coordinator core (sim/scripted.py): each
+    device pulls its task's parameters and pushes its gradient in the wire's encoding (float16 rounds
+    both, as GET …/params?encoding=float16 and a float16 push body do)."""
     bundle = builtin("mnist_cnn")
     train_set, test_set = load_mnist(seed=0)
     rng = np.random.default_rng(seed)
     shards = partition_iid(len(train_set), DEVICES, rng)
     session = GradientSession(bundle.manifest, bundle.train_onnx, 1)
     evaluator = Evaluator(bundle.manifest, bundle.infer_onnx, test_set.x, test_set.y)
-    strategy = AdaSGD(learning_rate=LEARNING_RATE)
-    wire = (lambda a: a.astype(np.float16).astype(np.float32)) if float16 else (lambda a: a)
-    history = {0: bundle.init_params.copy()}
-    params, version = history[0], 0
-    base = [0] * DEVICES
+    fleet = ScriptedFleet(
+        bundle,
+        strategy_factory(strategy="adasgd", learning_rate=LEARNING_RATE),
+        label_counts=[np.bincount(train_set.y[s], minlength=10) for s in shards],
+        batch=BATCH,
+        encoding="float16" if float16 else "float32",
+    )
+    for device in range(DEVICES):  # every device starts on version 0, then pushes in turn (τ ≈ 9)
+        _granted(fleet.ask(device))
     accuracy = []
     for step in range(updates):
         device = step % DEVICES
-        index = rng.choice(shards[device], size=BATCH, replace=True)
-        loss, gradient = session.loss_and_gradient(
-            wire(history[base[device]]), train_set.x[index], train_set.y[index]
-        )
+        grant, params = fleet.devices[device].grant, fleet.devices[device].params
+        assert grant is not None and params is not None
+        index = rng.choice(shards[device], size=grant.batch_size, replace=True)
+        loss, gradient = session.loss_and_gradient(params, train_set.x[index], train_set.y[index])
         counts = np.bincount(train_set.y[index], minlength=10)
-        strategy.receive(
-            Arrival(
-                str(step),
-                str(device),
-                base[device],
-                version - base[device],
-                wire(gradient),
-                counts,
-                BATCH,
-                loss,
-                float(step),
-            )
-        )
-        params = strategy.aggregate(params)
-        version = step + 1
-        history[version] = params
-        history.pop(version - 2 * DEVICES, None)
-        base[device] = version
+        fleet.clock.now = float(step)
+        fleet.push(device, gradient, loss=float(loss), label_counts=counts)
+        _granted(fleet.ask(device))
         if (step + 1) % 50 == 0:
-            accuracy.append(evaluator.evaluate(params)[0])
+            accuracy.append(evaluator.evaluate(fleet.params)[0])
     return accuracy
+
+
+def _granted(answer: TaskGrant | Rejection) -> TaskGrant:
+    if not isinstance(answer, TaskGrant):
+        raise RuntimeError(f"the coordinator refused a task: {answer}")
+    return answer
 
 
 @dataclass(frozen=True, kw_only=True)
