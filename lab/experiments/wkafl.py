@@ -37,16 +37,6 @@ HISTORY = (  # a result that changed the protocol is reported with it
     " agreement below is with a protocol chosen after seeing a miss; the margins are 0.2-1.9 points"
     " on 2 seeds."
 )
-# issue 26's rerun through the core, cut to fit the machine time available: the first of the earlier run's
-# 2 seeds (the iterations stay ITERATIONS)
-FULL_SEEDS, FULL_ITERATIONS = 1, ITERATIONS
-REDUCED = (
-    "**Reduced rerun (issue 26).** This table was rerun through the coordinator core on seed 0 only"
-    f" ({FULL_ITERATIONS:,} iterations per run), to fit the machine time available; the earlier hand-loop"
-    f" table (the mean of seeds 0 and 1, {ITERATIONS:,} iterations) is in git history, and"
-    " docs/results/rerun-issue26.md compares the two: through the core, seed 0's curves are the earlier"
-    " seed-0 curves point for point. One seed: read the orderings, not margins of a few tenths of a point."
-)
 EVAL_EVERY = 50  # the authors' itr_test: the last 10 evaluations span the last 500 iterations
 BATCH = 4
 TABLE2 = ((1000, 10), (3000, 20), (3000, 10))  # (P, K): staleness P/K = 100, 150, 300, at L_num = 1
@@ -188,10 +178,10 @@ def tune(
 @dataclass(frozen=True, kw_only=True)
 class WkaflPlan(Plan):
     scale: int = 1  # quick: P/10 devices (the same P/K shape at a tenth), few iterations
-    iterations: int = FULL_ITERATIONS
+    iterations: int = ITERATIONS
     tune_iterations: int = TUNE_ITERATIONS
     eval_every: int = EVAL_EVERY
-    seeds: int = FULL_SEEDS  # from --seed on
+    seeds: int = 2  # from --seed on
     workers: int = 2
     rates: tuple[float, ...] = RATES
 
@@ -289,7 +279,6 @@ def markdown(summary: dict, tuning: dict, quick: bool, iterations: int) -> str:
         "",
         HISTORY,
         "",
-        *([REDUCED, ""] if not quick and (len(summary["seeds"]) < 2 or iterations < ITERATIONS) else []),
         "## Table 2 — accuracy vs staleness (L_num = 1)",
         "",
         "| P/K | mean τ (ours) | WKAFL | *seed* | TWAFL | *seed* | SASGD | *seed* |",
