@@ -3,22 +3,10 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
-
-def clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf become None, tuples lists, numpy scalars Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, str):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+from lab.contract import clean
 
 
 def write_json(out_dir: Path, name: str, payload: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def postgres_url() -> str:
     """The PostgreSQL server for tests: required when CI=true, skipped elsewhere if unreachable."""
-    url = postgres.server_url()
+    url = postgres.postgres_server_url()
     problem = postgres.problem(url)
     if problem is not None:
         if os.environ.get("CI") == "true":

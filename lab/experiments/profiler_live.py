@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from fleet.process import ENROLL, ServerProcess
+from lab.contract import Plan
 from lab.experiments.profiler_sim import EPSILON_FRACTION
 from profiler.defaults import TUNED_PARAMS
 from sim.bootstrap import write_bootstrap
@@ -56,6 +57,22 @@ LIVE_QUICK = LivePlan(
     duration_s=15.0, test_setups=3, boot_setups=1, growth=1.6, start_batch=256, shared=False
 )
 LIVE_FULL = LivePlan()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilerPlan(Plan):
+    """profiler-time's and profiler-energy's plan: simulated seeds and requests, then the live pair."""
+
+    seeds: int = 5  # simulation seeds from --seed on
+    requests_per_device: int = 28
+    fast_device_tasks: int = 20
+    live: LivePlan = LIVE_FULL
+
+
+PROFILER_FULL = ProfilerPlan()
+PROFILER_QUICK = ProfilerPlan(
+    quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6, live=LIVE_QUICK
+)
 
 
 def _child(role: str, cfg: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:

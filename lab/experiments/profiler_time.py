@@ -9,14 +9,13 @@ both profilers is a benchmark (``python -m lab run performance``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from lab.contract import Context, Experiment, Plan, Result
+from lab.contract import Context, Experiment, Result
 from lab.experiments.profiler_fast_device import run_fast_device_check
-from lab.experiments.profiler_live import LIVE_FULL, LIVE_QUICK, LivePlan, run_live_pair
+from lab.experiments.profiler_live import PROFILER_FULL, PROFILER_QUICK, ProfilerPlan, run_live_pair
 from lab.experiments.profiler_report import SETUP_NOTES, deviation_stats, dumps, markdown, plot
 from lab.experiments.profiler_sim import simulate
 from profiler.defaults import TUNED_PARAMS
@@ -30,16 +29,7 @@ LATENCY_NOTE = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfilerPlan(Plan):
-    seeds: int = 5  # simulation seeds from --seed on
-    requests_per_device: int = 28
-    fast_device_tasks: int = 20
-    live: LivePlan = LIVE_FULL
-
-
-FULL = ProfilerPlan()
-QUICK = ProfilerPlan(quick=True, seeds=1, requests_per_device=6, fast_device_tasks=6, live=LIVE_QUICK)
+FULL, QUICK = PROFILER_FULL, PROFILER_QUICK
 
 
 def run(plan: ProfilerPlan, ctx: Context) -> Result:

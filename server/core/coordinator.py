@@ -321,16 +321,13 @@ class Coordinator(Steering):
         Looks again for up to ``recall_wait_s`` (an API worker: another worker's journal may commit the
         grant a moment after its device already pushed here)."""
         deadline = time.monotonic() + self.recall_wait_s
-        while True:
-            record = self.store.lease(task_id)
-            if record is not None:
-                with self._lock:
-                    if self.privacy is not None and self.run is not None and self.privacy.charged(task_id):
-                        self.privacy.bound(record, self.run.manifest.num_params)
-                    self.leases.adopt(record)
-            if record is not None or time.monotonic() >= deadline:
-                return
+        while (record := self.store.lease(task_id)) is None and time.monotonic() < deadline:
             time.sleep(0.05)
+        if record is not None:
+            with self._lock:
+                if self.privacy is not None and self.run is not None and self.privacy.charged(task_id):
+                    self.privacy.bound(record, self.run.manifest.num_params)
+                self.leases.adopt(record)
 
     def _check_push(self, lease: Lease, result: TaskResult, now: float, queue_id: int | None) -> Push:
         """The push, if its lease is live and the running model may take it (else Gone: expired,
@@ -369,9 +366,8 @@ class Coordinator(Steering):
         answers: Sequence[tuple[Lease, TaskResult, int]],
         refused: Callable[[Lease, int, CoordinatorError], Event],
     ) -> Ticket | None:
-        """Take answers that reached this process otherwise than as a device's push (the aggregator's
-        queue: (lease, result, queue id)), in order, under one hold of the lock, through the same checks
-        and sink. One the run can no longer take (finished, superseded) is journaled as ``refused``'s
+        """Take the aggregator's queued (lease, result, queue id) answers in order, under one hold of the
+        lock, through the same checks and sink; one the run can no longer take is journaled as ``refused``'s
         event instead. Returns the last one's ticket (released once the batch is durable)."""
         ticket = None
         with self._lock:

@@ -19,12 +19,9 @@ from sqlalchemy.engine import make_url
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def server_url() -> str:
+def postgres_server_url() -> str:
     """The server tests and benchmarks use: FLEET_TEST_DATABASE_URL, else the local one."""
     return os.environ.get("FLEET_TEST_DATABASE_URL", DEFAULT_POSTGRES)
-
-
-postgres_server_url = server_url
 
 
 def _libpq(url: str) -> str:
