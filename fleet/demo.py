@@ -69,7 +69,7 @@ def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
     the largest batch reach it; smaller batches (a lower q) leave room for more tasks."""
     if cfg.dp_epsilon is None:
         return {}
-    from server.core.accounting import calibrate_noise, default_delta
+    from fleet_protocol.accounting import calibrate_noise, default_delta
 
     q = min(1.0, DP_MAX_BATCH / local_examples)
     sigma = calibrate_noise(cfg.dp_epsilon, default_delta(local_examples), q, cfg.dp_tasks)

@@ -1,7 +1,8 @@
 """The wire contract between the coordinator and its devices, in one place both sides import.
 
-numpy only (no pydantic, no server code): ``manifest`` describes a model's flat parameter buffer and
-its export bundle; ``wire`` holds the JSON messages of the task protocol and the tensor encodings.
+numpy only (no pydantic, no server code; ``accounting`` adds dp-accounting): ``manifest`` describes a
+model's flat parameter buffer and its export bundle; ``wire`` holds the JSON messages of the task
+protocol and the tensor encodings.
 """
 
 from fleet_protocol.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, Manifest, ParamSpec, read_zip

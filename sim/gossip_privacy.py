@@ -90,7 +90,7 @@ def theorem2_epsilon(sigma: float, delta: float, *, steps: int, learners: int, n
 def accountant_epsilon(sigma: float, delta: float, *, steps: int, learners: int, n_min: int, batch: int,
                        lipschitz: float) -> float:  # fmt: skip
     """The same mechanism by dp-accounting: B of K·n_(1) without replacement, replace-one, multiplier σ/Δ₂."""
-    from server.core.accounting import rdp_epsilon, replace_one_rdp
+    from fleet_protocol.accounting import rdp_epsilon, replace_one_rdp
 
     multiplier = sigma * batch / (2 * lipschitz)
     return rdp_epsilon(replace_one_rdp(multiplier, batch, learners * n_min, steps), delta)
@@ -99,7 +99,7 @@ def accountant_epsilon(sigma: float, delta: float, *, steps: int, learners: int,
 def learner_epsilon(sigma_m: float, sampling_rate: float, steps: int, delta: float) -> float:
     """What Fleet's ledger charges a learner: its own ``steps`` Poisson-subsampled Gaussian steps at
     q = B/n_k (add/remove), the per-worker accounting of §4.7.3 (no amplification from the worker draw)."""
-    from server.core.accounting import PrivacyEvent, epsilon
+    from fleet_protocol.accounting import PrivacyEvent, epsilon
 
     if sigma_m <= 0:
         return math.inf

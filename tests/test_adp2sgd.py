@@ -104,7 +104,7 @@ def test_theorem2_closed_form_bounds_the_accountant_where_its_conditions_hold():
     computes the same subsampled Gaussian (without replacement, replace-one) numerically, so the closed
     form must lie above it at every order its Lemma 2 allows, and so must its ε (which also uses the
     looser classic RDP→DP conversion). It is loose by about 2x in RDP here."""
-    from server.core.accounting import ORDERS, replace_one_rdp
+    from fleet_protocol.accounting import ORDERS, replace_one_rdp
 
     sigma = 3.0 * SHAPE["lipschitz"] / SHAPE["batch"]  # noise multiplier 3 on the clipped sum
     orders = np.array([a for a in ORDERS if a <= theorem2_alpha_max(sigma, **_no_steps())])

@@ -14,8 +14,8 @@ from scipy import stats
 from client import DPGradientSession, GradientSession, norm_laplace_gradient, norm_laplace_noise, private_step
 from client._privacy import draw_batch
 from fleet_protocol import NORM_LAPLACE_MECHANISM, DPTerms, WireError
+from fleet_protocol.accounting import norm_laplace_second_moment
 from models.manifest import builtin
-from server.core.accounting import norm_laplace_second_moment
 
 ALPHA = 1e-6
 

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
+from fleet_protocol.accounting import PrivacyEvent, calibrate_noise, epsilon, pld_epsilon
 from models.manifest import builtin
-from server.core.accounting import PrivacyEvent, calibrate_noise, epsilon, pld_epsilon
 from server.core.coordinator import Coordinator
 from server.core.errors import InvalidInput
 from server.core.privacy import PrivacyLedger, PrivacyPolicy, poisson_ceiling

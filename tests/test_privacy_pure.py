@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from server.core.accounting import NORM_LAPLACE, PrivacyEvent, epsilon, norm_laplace_bound
+from fleet_protocol.accounting import NORM_LAPLACE, PrivacyEvent, epsilon, norm_laplace_bound
 from server.core.coordinator import Coordinator
 from server.core.errors import InvalidInput
 from server.core.events import PrivacyCharged

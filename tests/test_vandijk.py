@@ -11,8 +11,8 @@ import pytest
 
 from client._privacy import DPGradientSession, local_sgd_round, private_step
 from fleet_protocol import LOCAL_SGD_MECHANISM, DPTerms, WireError
+from fleet_protocol.accounting import PrivacyEvent, epsilon
 from models.manifest import builtin
-from server.core.accounting import PrivacyEvent, epsilon
 from server.core.privacy import PrivacyPolicy
 from server.core.types import Rejection
 from server.settings import LIVE_SETTINGS, Settings, strategy_keys

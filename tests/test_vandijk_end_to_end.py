@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from server.core.accounting import PrivacyEvent, epsilon
+from fleet_protocol.accounting import PrivacyEvent, epsilon
 from sim.data import write_shards
 from tests.support.inprocess import InProcessServer
 

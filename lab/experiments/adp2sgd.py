@@ -9,7 +9,7 @@ mini-batches (a global counter, the paper's App. A stop rule) at the same rate �
 Accuracy is the test accuracy of the mean of the learners' models (the paper's logical view θ).
 
 Noise levels: the paper's σ = 1 / 2 / 4 (CIFAR-10), read as noise multipliers of the clip on the sum.
-ε per level: Fleet's ledger accountant (server/core/accounting.py: RDP, Poisson-subsampled Gaussian,
+ε per level: Fleet's ledger accountant (fleet_protocol/accounting.py: RDP, Poisson-subsampled Gaussian,
 add/remove-one) per learner over its own steps at q = B/n_k, δ = 1/n_k²; the largest learner's ε is shown
 (gossip's fast learners take more steps than SYNC's). Theorem 2's closed form (logical view) is shown
 beside the same mechanism's ε from dp-accounting where its conditions hold.

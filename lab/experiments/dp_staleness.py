@@ -51,7 +51,7 @@ def pooled(plan: DPPlan) -> dict[str, float]:
 
 def noise_for(epsilon: float, plan: DPPlan) -> float | None:
     """σ for ε under the pooled accounting (RDP), rounded up to 4 decimals (a stable cache key, still ≤ ε)."""
-    from server.core.accounting import calibrate_noise
+    from fleet_protocol.accounting import calibrate_noise
 
     if math.isinf(epsilon):
         return None
@@ -103,8 +103,8 @@ def reached(output: dict[str, Any], target: float) -> int | None:
 
 def accounting(epsilon: str, sigma: float | None, outputs: list[dict[str, Any]], plan: DPPlan) -> dict:
     """Both ε for one σ: the pooled (thesis) one it was calibrated to, and Fleet's per-device ledger's."""
-    from server.core.accounting import PrivacyEvent, default_delta
-    from server.core.accounting import epsilon as eps_of
+    from fleet_protocol.accounting import PrivacyEvent, default_delta
+    from fleet_protocol.accounting import epsilon as eps_of
 
     if sigma is None:
         return {"sigma": None, "pooled": None, "ledger": None}

@@ -115,7 +115,7 @@ def accounting_section(summary: dict[str, Any]) -> list[str]:
         f"= {pooled['sampling_rate']}. Each update is counted as a subsampled Gaussian step (RDP, "
         f"dp-accounting) at that q over T = the cap = {pooled['steps']:,} updates, δ = 1/N² = "
         f"{pooled['delta']:.3g}; σ for each target ε is `calibrate_noise(ε, 1/N², q, T)` "
-        "(server/core/accounting.py), rounded up to 4 decimals. It assumes the device of each update is "
+        "(fleet_protocol/accounting.py), rounded up to 4 decimals. It assumes the device of each update is "
         "a uniform random draw nobody sees (here the simulator's seeded pick; a real deployment cannot "
         "promise it) and treats drawing one 40-digit block as Poisson sampling at the same rate.",
         "",

@@ -171,7 +171,7 @@ def rounds_to(run: dict[str, Any], target: float) -> int | None:
 
 
 def dp_epsilon(sizes: list[int], sigma: float, n: int, delta: float) -> float:
-    from server.core.accounting import PrivacyEvent, epsilon
+    from fleet_protocol.accounting import PrivacyEvent, epsilon
 
     return epsilon([PrivacyEvent(sigma, min(1.0, s / n)) for s in sizes], delta)
 
@@ -229,7 +229,7 @@ def run(plan: VanDijkPlan, ctx: Context) -> Result:
 def _fig1b(setups: list[Setup], n_c: int, k1b: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Increasing vs constant 16 at the paper's σ = 8, and constant 16 at the σ that gives the increasing
     schedule's ε (equal privacy: the ledger's RDP over per-round rates, δ = 1/N_c²)."""
-    from server.core.accounting import calibrate_noise
+    from fleet_protocol.accounting import calibrate_noise
     from server.strategies import VanDijk
 
     delta = 1.0 / n_c**2
@@ -325,7 +325,8 @@ def markdown(summary: dict, table3: list, fig1a: list, fig1b: list, quick: bool)
         f"N_c = {b['n_c']} (the paper: 10,000), K = {b['gradients']} gradients in total (2.5 epochs),"
         f" δ = 1/N_c² = {b['delta']:.2e} (Fleet's default; the paper's 5.5e-8 in its own column)."
         " ε from the ledger's"
-        " accountant (server/core/accounting.py: RDP, one Poisson-subsampled Gaussian event per round at its"
+        " accountant (fleet_protocol/accounting.py: RDP, one Poisson-subsampled Gaussian event per round"
+        " at its"
         " own q_i = s_i/N_c). Aggregated noise √T·σ in units of C.",
         f"Seed claim: {SEED_CLAIMS['fig1b']} (target: ≤ 0.5x the rounds at equal accuracy).",
         "",

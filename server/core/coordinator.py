@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from fleet_protocol import Bundle
-from server.core.accounting import LOCAL_SGD
+from fleet_protocol.accounting import LOCAL_SGD
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry

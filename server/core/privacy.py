@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from server.core.accounting import (
+from fleet_protocol.accounting import (
     ASSUMPTION,
     LOCAL_SGD,
     MECHANISM,

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from server.core.accounting import NORM_LAPLACE, norm_laplace_second_moment
+from fleet_protocol.accounting import NORM_LAPLACE, norm_laplace_second_moment
 from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings, TaskTerms
 
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from server.core.accounting import LOCAL_SGD
+from fleet_protocol.accounting import LOCAL_SGD
 from server.strategies.base import Arrival, Buffered, Strategy, StrategySettings, TaskTerms
 
 SCHEDULES = ("linear", "ilogi", "constant")

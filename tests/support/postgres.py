@@ -29,8 +29,10 @@ def _libpq(url: str) -> str:
 
 
 def _sqlalchemy(url: str, database: str) -> str:
-    return make_url(url).set(drivername="postgresql+psycopg", database=database).render_as_string(
-        hide_password=False
+    return (
+        make_url(url)
+        .set(drivername="postgresql+psycopg", database=database)
+        .render_as_string(hide_password=False)
     )
 
 

@@ -6,9 +6,9 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
+from fleet_protocol.accounting import ASSUMPTION, MECHANISM, calibrate_noise
 from server.api.deps import AuthenticatedDevice, CoordinatorDep
 from server.api.errors import DEVICE_AUTH, INVALID, answer
-from server.core.accounting import ASSUMPTION, MECHANISM, calibrate_noise
 from server.core.coordinator import Coordinator
 from server.core.privacy import PrivacyLedger
 
