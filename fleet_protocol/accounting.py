@@ -1,10 +1,12 @@
-"""Privacy accounting for DP-SGD tasks, through Google's dp-accounting (RDP and PLD back-ends).
+"""Privacy accounting for DP tasks, through Google's dp-accounting (PLD and RDP back-ends).
 
-Every DP task is one *Poisson-subsampled Gaussian* event on the device's own dataset: each of its N
-examples enters the batch independently with probability q = batch / N, each example's gradient is
-clipped to C and Gaussian noise of standard deviation σC is added to their sum (client/_privacy.py).
-A device's ε is the composition of its events. RDP is what the coordinator enforces (an upper bound,
-cheap to update per task); PLD is tighter and reported next to it.
+Every Gaussian DP task is one *Poisson-subsampled Gaussian* event on the device's own dataset: each of
+its examples enters the batch independently with probability q, each example's gradient is clipped to C
+and Gaussian noise of standard deviation σC is added to their sum (client/_privacy.py). A device's ε is the
+composition of its events under **replace-one** adjacency (``RELATION``): the device reports its dataset
+size (bucketed, ``bucket_examples``), so N is public and what is protected is the content, label included,
+of any one example. The ledger charges PLD ε (pessimistic, an upper bound) at a fixed δ (``DEFAULT_DELTA``);
+RDP under add/remove-one is kept for comparisons with the literature only.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ __all__ = [
     "ORDERS",
     "PrivacyEvent",
     "calibrate_noise",
-    "default_delta",
+    "ADD_OR_REMOVE",
+    "DEFAULT_DELTA",
+    "RELATION",
+    "REPLACE_ONE",
+    "bucket_examples",
     "epsilon",
     "norm_laplace_bound",
     "norm_laplace_second_moment",
@@ -40,24 +46,32 @@ NORM_LAPLACE = "clip-normlaplace/1"  # AUDP/MAPA's step (issue 16): pure ε, cou
 LOCAL_SGD = "local-sgd-round/1"  # van Dijk et al.'s round (issue 16): a Poisson-subsampled Gaussian sum
 TAIL = 1e-12  # a norm-Laplace push is refused above the noise radius's (1 − TAIL)-quantile plus the clip
 
+ADD_OR_REMOVE = "add-or-remove-one"  # the literature's usual relation (N secret): comparisons only
+REPLACE_ONE = "replace-one"  # N public (bucketed): one example's content, label included, is protected
+RELATION = REPLACE_ONE  # what the ledger charges
+DEFAULT_DELTA = 1e-8  # fixed, not 1/N²: a grant is refused when δ ≥ 1/N (issue 27)
+PLD_INTERVAL = 1e-3  # PLD value discretisation: ~0.1 s per ε, pessimistic (an upper bound)
+
 PURE_ASSUMPTION = (
     "A norm-Laplace step (AUDP/MAPA) is ε-DP (pure) per step under replace-one adjacency: b distinct "
     "examples, each clipped to G, averaged (sensitivity 2G/b ≤ ΔS), noise of density ∝ exp(−ε‖η‖/ΔS) from "
     "the exact sampler. Steps compose by basic composition (Σ ε). A device with both kinds of steps "
-    "reports the RDP ε of its Gaussian steps at its δ plus Σ ε of its pure steps, δ unchanged. The 'paper' "
-    "noise sampler does not give the stated ε; its steps are charged as if it did."
+    "reports the PLD ε of its Gaussian steps at δ plus Σ ε of its pure steps, δ unchanged. The 'paper' "
+    "noise sampler does not give the stated ε and is refused while DP is on."
 )
 
 ASSUMPTION = (
-    "Example-level (ε, δ)-DP of each device's own dataset, add/remove-one adjacency. Each DP task is "
-    "counted as one Poisson-subsampled Gaussian step (the device samples each local example "
-    "independently with q = batch / N, clips each example's gradient to C and adds N(0, σ²C²)). When a "
-    "device works is not random and not data-dependent, so no amplification from participation is "
-    "claimed: every task granted counts, pushed or not, which makes ε an upper bound. Devices hold "
-    "disjoint data, so an example's ε is its device's (parallel composition); the overall figure is the "
-    "largest device ε. Not covered: what a device reports in the clear, its N and its local label "
-    "counts (AdaSGD's similarity reads them); a DP push carries the expected batch size and the local "
-    "label mix scaled to it, never the sampled batch's."
+    "Example-level (ε, δ)-DP of each device's own dataset under replace-one adjacency: the device reports "
+    "its dataset size N bucketed (public), never its labels or loss, so what is protected is the content, "
+    "label included, of any one of its examples. Threat model: an honest-but-curious coordinator and "
+    "honest device software. Each DP task is one Poisson-subsampled Gaussian step (each local example "
+    "sampled independently at the granted q, each example's gradient clipped to C, N(0, σ²C²) added to "
+    "the sum), or one van Dijk local-SGD round noised at every step (each example is in a round at most "
+    "once), accounted with privacy loss distributions (pessimistic) at a fixed δ. When a device works is "
+    "not random, so no amplification from participation is claimed: every task granted counts, pushed or "
+    "not, which makes ε an upper bound. Devices hold disjoint data, so an example's ε is its device's; the "
+    "overall figure is the largest device ε. Not user-level: all of one person's examples together are "
+    "protected only at ε times their number (group privacy)."
 )
 
 # Integer orders: the fractional ones below 2 fail to converge at large q (q = 0.5 is common here:
@@ -82,9 +96,30 @@ class PrivacyEvent:
             raise ValueError(f"count must be >= 0, got {self.count}")
 
 
-def default_delta(local_examples: int) -> float:
-    """δ = 1/N² for a device holding N examples (the thesis's choice, fleet-spec.md section 7)."""
-    return 1.0 / max(int(local_examples), 2) ** 2
+def bucket_examples(local_examples: int) -> int:
+    """What a DP device reports as its N: the largest m·2^k ≤ N with 8 ≤ m < 16 (N itself below 16).
+
+    Eight buckets an octave: the server's q = B/bucket is at most 9/8 of B/N's, and the exact N, which
+    would tell a dataset from one with an example added, never leaves the device."""
+    n = int(local_examples)
+    if n < 1:
+        raise ValueError(f"local_examples must be >= 1, got {local_examples}")
+    if n < 16:
+        return n
+    shift = n.bit_length() - 4
+    return (n >> shift) << shift
+
+
+def _relation(relation: str):  # noqa: ANN202 - dp_accounting types are untyped
+    import dp_accounting
+
+    relations = {
+        ADD_OR_REMOVE: dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+        REPLACE_ONE: dp_accounting.NeighboringRelation.REPLACE_ONE,
+    }
+    if relation not in relations:
+        raise ValueError(f"unknown neighbouring relation {relation!r}; known: {sorted(relations)}")
+    return relations[relation]
 
 
 def _dp_event(event: PrivacyEvent):  # noqa: ANN202 - dp_accounting types are untyped
@@ -126,36 +161,45 @@ def rdp_epsilon(rdp: np.ndarray, delta: float) -> float:
     return float(compute_epsilon(np.array(ORDERS), rdp, delta)[0])
 
 
-def epsilon(events: Iterable[PrivacyEvent], delta: float, *, backend: str = "rdp") -> float:
-    """ε at δ of the composed events with the ``rdp`` or ``pld`` back-end."""
+def epsilon(
+    events: Iterable[PrivacyEvent], delta: float, *, backend: str = "pld", relation: str = RELATION
+) -> float:
+    """ε at δ of the composed events: ``pld`` (what the ledger charges, under ``relation``) or ``rdp``
+    (add/remove-one only: dp-accounting's RDP has no replace-one Poisson subsampling)."""
     events = [e for e in events if e.count]
-    if backend == "rdp":
-        return rdp_epsilon(rdp_of(events), delta)
     if backend == "pld":
-        return pld_epsilon(events, delta)
-    raise ValueError(f"unknown accountant back-end {backend!r} (rdp or pld)")
+        return pld_epsilon(events, delta, relation=relation)
+    if backend == "rdp":
+        if relation != ADD_OR_REMOVE:
+            raise ValueError("the rdp back-end accounts add/remove-one only; use pld for replace-one")
+        return rdp_epsilon(rdp_of(events), delta)
+    raise ValueError(f"unknown accountant back-end {backend!r} (pld or rdp)")
 
 
-def pld_epsilon(events: Iterable[PrivacyEvent], delta: float) -> float:
-    """ε at δ with privacy loss distributions: tighter than RDP, ~0.1-1 s per call."""
+def pld_epsilon(events: Iterable[PrivacyEvent], delta: float, *, relation: str = RELATION) -> float:
+    """ε at δ with privacy loss distributions (pessimistic: an upper bound), ~0.1 s per call, cached."""
+    _check_delta(delta)
+    key = tuple(sorted((e.noise_multiplier, e.sampling_rate, e.count) for e in events if e.count))
+    return _pld_epsilon(key, delta, relation) if key else 0.0
+
+
+@lru_cache(maxsize=8192)
+def _pld_epsilon(key: tuple[tuple[float, float, int], ...], delta: float, relation: str) -> float:
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
 
-    _check_delta(delta)
-    events = [e for e in events if e.count]
-    if not events:
-        return 0.0
-    accountant = PLDAccountant(value_discretization_interval=1e-3)
-    accountant.compose(dp_accounting.ComposedDpEvent([_dp_event(e) for e in events]))
+    accountant = PLDAccountant(_relation(relation), value_discretization_interval=PLD_INTERVAL)
+    accountant.compose(dp_accounting.ComposedDpEvent([_dp_event(PrivacyEvent(*k)) for k in key]))
     return float(accountant.get_epsilon(delta))
 
 
-def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, steps: int) -> float:
-    """The smallest noise multiplier σ whose ``steps`` steps at rate q stay within (ε, δ) under RDP.
-
-    RDP only: it is an upper bound on PLD's ε, so the σ found is safe under both, and it takes
-    milliseconds where a PLD search over σ took minutes."""
+def calibrate_noise(
+    target_epsilon: float, delta: float, sampling_rate: float, steps: int, *, relation: str = RELATION
+) -> float:
+    """The smallest noise multiplier σ whose ``steps`` steps at rate q stay within (ε, δ): under
+    replace-one by PLD (what the ledger charges; a second or two), under add/remove-one by RDP."""
     import dp_accounting
+    from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
 
     if not (math.isfinite(target_epsilon) and target_epsilon > 0):
@@ -164,14 +208,19 @@ def calibrate_noise(target_epsilon: float, delta: float, sampling_rate: float, s
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     PrivacyEvent(1.0, sampling_rate)  # validates q
+    def fresh():  # noqa: ANN202
+        if relation == ADD_OR_REMOVE:
+            return RdpAccountant(list(ORDERS))
+        return PLDAccountant(_relation(relation), value_discretization_interval=PLD_INTERVAL)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sigma = dp_accounting.calibrate_dp_mechanism(
-            lambda: RdpAccountant(list(ORDERS)),
+            fresh,
             lambda s: _dp_event(PrivacyEvent(s, sampling_rate, steps)),
             target_epsilon,
             delta,
-            dp_accounting.LowerEndpointAndGuess(1e-2, 1.0),
+            dp_accounting.LowerEndpointAndGuess(0.3 if relation != ADD_OR_REMOVE else 1e-2, 1.0),
             tol=1e-4,
         )
     return float(sigma)
