@@ -294,13 +294,10 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _dp_reads(self) -> Settings:
-        """With DP on, no strategy, wrapper or admission rule may read what a DP device does not send (the
-        loss, the label counts): refused at start-up and in the console (``dp_refusal``)."""
-        if self.dp:
-            strategy = wrap(make_strategy(self.strategy), self.wrappers)
-            problem = dp_refusal(strategy, similarity_drop=self.similarity_drop)
-            if problem is not None:
-                raise ValueError(problem)
+        """With DP on, nothing may read what a DP device does not send (the loss, the label counts)."""
+        strategy = wrap(make_strategy(self.strategy), self.wrappers) if self.dp else None
+        if strategy is not None and (problem := dp_refusal(strategy, similarity_drop=self.similarity_drop)):
+            raise ValueError(problem)
         return self
 
     def resolved_database_url(self) -> str:
