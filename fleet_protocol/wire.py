@@ -148,6 +148,11 @@ class DPTerms:
         clip_ok = terms.clip > 0 or unclipped
         if not (clip_ok and terms.noise_multiplier >= 0 and 0 < terms.sampling_rate <= 1):
             raise WireError(f"DPTerms out of range: {terms}")
+        gaussian = terms.mechanism in (GAUSSIAN_MECHANISM, LOCAL_SGD_MECHANISM)
+        if gaussian and terms.clip > 0 and not terms.noise_multiplier > 0:  # issue 27: σ = 0 is no DP at all
+            raise WireError(
+                f"DPTerms: {terms.mechanism} needs noise_multiplier > 0, got {terms.noise_multiplier}"
+            )
         if terms.expected_batch < 1:
             raise WireError(f"DPTerms: expected_batch must be >= 1, got {terms.expected_batch}")
         if terms.mechanism == NORM_LAPLACE_MECHANISM:

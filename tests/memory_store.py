@@ -13,6 +13,7 @@ from typing import Any
 from server.core.events import (
     CounterBumped,
     DeviceEnrolled,
+    DeviceReenrolled,
     DeviceRevoked,
     EnrollmentKeyCreated,
     EnrollmentKeyRevoked,
@@ -54,6 +55,7 @@ class MemoryStore:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.devices_: dict[str, DeviceRecord] = {}  # by device id
         self.token_hashes: dict[str, str] = {}  # token hash -> device id
+        self.installs: dict[str, str] = {}  # install secret hash -> device id
         self.keys: dict[str, tuple[EnrollmentKey, str]] = {}  # key id -> (key, hash)
         self.promotions: list[PromotionRecord] = []
         self.evaluations_: dict[str, list[EvaluationRecord]] = {}
@@ -131,6 +133,12 @@ class MemoryStore:
                 self.devices_[e.device_id] = DeviceRecord(
                     e.device_id, e.device_model, e.at, e.at, 0, None, None
                 )
+                self.token_hashes[e.token_hash] = e.device_id
+                if e.install_hash is not None:
+                    self.installs[e.install_hash] = e.device_id
+            case DeviceReenrolled():
+                for digest in [h for h, d in self.token_hashes.items() if d == e.device_id]:
+                    del self.token_hashes[digest]  # a device has one token
                 self.token_hashes[e.token_hash] = e.device_id
             case DeviceRevoked():
                 if self.devices_[e.device_id].revoked_at is None:
@@ -223,6 +231,9 @@ class MemoryStore:
 
     def device(self, device_id: str) -> DeviceRecord | None:
         return self.devices_.get(device_id)
+
+    def device_by_install(self, install_hash: str) -> DeviceRecord | None:
+        return self.devices_.get(self.installs.get(install_hash, ""))
 
     def count_devices(self) -> int:
         return len(self.devices_)

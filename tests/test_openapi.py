@@ -19,7 +19,7 @@ DEVICE, ADMIN_AUTH = {401}, {401, 403}
 
 # Read from the code paths (deps.py, bodylimit.py, app.py's CoordinatorError mapping, the routes).
 STATUSES: dict[tuple[str, str], set[int]] = {
-    ("post", "/v1/devices"): {201, 401, 429} | JSON_IN,
+    ("post", "/v1/devices"): {201, 401, 403, 429} | JSON_IN,
     ("post", "/v1/tasks"): {201, 410, 429, 503} | DEVICE | JSON_IN,
     ("post", "/v1/tasks/{task_id}/result"): {200, 403, 404, 409, 410, 413, 415, 422} | DEVICE,
     ("get", "/v1/models"): {200},

@@ -36,6 +36,14 @@ NO_NUL = r"^[^\x00]*$"
 class EnrollIn(Input):
     enrollment_key: str = Field(max_length=256)
     device_model: str = Field(min_length=1, max_length=120, pattern=NO_NUL)
+    install_secret: str | None = Field(
+        None,
+        min_length=22,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="the install's own random secret (urlsafe): enrolling again with it returns the same "
+        "device_id, so the device's privacy ledger goes on; only its SHA-256 is stored",
+    )
 
 
 class EnrollOut(BaseModel):

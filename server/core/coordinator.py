@@ -176,9 +176,10 @@ class Coordinator(Steering):
             self._activate(info.model_id)
             return info
 
-    def enroll(self, device_model: str) -> tuple[Device, str]:
-        """A new device identity and its bearer token (shown once, stored hashed)."""
-        device, token = self.devices.enroll(device_model)
+    def enroll(self, device_model: str, install_secret: str | None = None) -> tuple[Device, str]:
+        """A device identity and its bearer token (shown once, stored hashed); an install enrolling again
+        with its secret keeps its id (``DeviceRegistry.enroll``)."""
+        device, token = self.devices.enroll(device_model, install_secret)
         with self._lock:
             if self.run is not None:
                 self.run.strategy.on_register(device.device_id)

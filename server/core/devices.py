@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 
 from server.core.enrollment import EnrollmentKeys
-from server.core.errors import NotFound
-from server.core.events import DeviceEnrolled, DeviceRevoked
+from server.core.errors import Forbidden, NotFound
+from server.core.events import DeviceEnrolled, DeviceReenrolled, DeviceRevoked
 from server.core.ports import EnrollmentKey, Store
 from server.core.types import Device
 
@@ -21,8 +21,9 @@ def hash_token(token: str) -> str:
 class DeviceRegistry:
     """Issues device identities and resolves tokens, caching the resolved devices in memory.
 
-    Revocation drops a device from the cache; the lock orders it against an ``authenticate`` that read
-    the device from storage just before, so that one cannot put it back."""
+    Revocation (and a re-enrollment, which replaces the token) drops a device from the cache; the lock
+    orders it against an ``authenticate`` that read the device from storage just before, so that one
+    cannot put it back."""
 
     def __init__(self, *, store: Store, clock: Callable[[], float]) -> None:
         self.store = store
@@ -31,13 +32,35 @@ class DeviceRegistry:
         self._by_hash: dict[str, Device] = {}
         self._revoked: set[str] = set()  # device ids revoked by this process
         self._lock = threading.Lock()
+        self._enrolling = threading.Lock()  # orders a new install's lookup and its insert
+        self._epoch = 0  # re-enrollments by this process; ``_reissued``: a device's last one
+        self._reissued: dict[str, int] = {}
 
-    def enroll(self, device_model: str) -> tuple[Device, str]:
-        device = Device(device_id="d-" + secrets.token_hex(8), device_model=device_model)
+    def enroll(self, device_model: str, install_secret: str | None = None) -> tuple[Device, str]:
+        """A device identity and a fresh token. With ``install_secret``, an install seen before gets its
+        own id back (its privacy ledger goes on) and a new token that replaces the old one; a revoked
+        install is refused (``Forbidden``): revocation is not undone by enrolling again."""
         token = secrets.token_urlsafe(32)
         digest = hash_token(token)
-        self.store.commit([DeviceEnrolled(device.device_id, device_model, digest, self.clock())])
+        install = None if install_secret is None else hash_token(install_secret)
+        with self._enrolling:  # one process: two enrollments of a new install make one device
+            known = None if install is None else self.store.device_by_install(install)
+            if known is None:
+                device = Device(device_id="d-" + secrets.token_hex(8), device_model=device_model)
+                self.store.commit(
+                    [DeviceEnrolled(device.device_id, device_model, digest, self.clock(), install)]
+                )
+            else:
+                if known.revoked_at is not None:
+                    raise Forbidden(f"device {known.device_id} was revoked; this install cannot enroll again")
+                device = Device(device_id=known.device_id, device_model=known.device_model)
+                self.store.commit([DeviceReenrolled(device.device_id, digest, self.clock())])
         with self._lock:  # every write to the cache holds it: ``revoke`` iterates the cache
+            if known is not None:  # the replaced token stops working in this process at once
+                self._epoch += 1
+                self._reissued[device.device_id] = self._epoch
+                for old in [h for h, d in self._by_hash.items() if d.device_id == device.device_id]:
+                    del self._by_hash[old]
             self._by_hash[digest] = device
         return device, token
 
@@ -49,11 +72,12 @@ class DeviceRegistry:
         digest = hash_token(token)
         device = self._by_hash.get(digest)
         if device is None:
+            seen = self._epoch
             device = self.store.device_by_token(digest)  # None for a revoked device
             if device is None:
                 return None
-            with self._lock:
-                if device.device_id in self._revoked:
+            with self._lock:  # revoked, or its token replaced, since storage answered: not cached
+                if device.device_id in self._revoked or self._reissued.get(device.device_id, 0) > seen:
                     return None
                 self._by_hash[digest] = device
         return device

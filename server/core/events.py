@@ -176,6 +176,17 @@ class DeviceEnrolled:
     device_model: str
     token_hash: str
     at: float
+    install_hash: str | None = None  # SHA-256 of the install's secret: enrolling again keeps the identity
+
+
+@dataclass(frozen=True)
+class DeviceReenrolled:
+    """An install enrolled again with its secret: same device id (its privacy ledger goes on), a new
+    token; the old one stops working."""
+
+    device_id: str
+    token_hash: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -243,6 +254,7 @@ Event = (
     | CounterBumped
     | ModelAdded
     | DeviceEnrolled
+    | DeviceReenrolled
     | DeviceRevoked
     | EnrollmentKeyCreated
     | EnrollmentKeyRevoked

@@ -29,12 +29,35 @@ from server.store.tables import (
 
 
 # -- devices ---------------------------------------------------------------------------------------
-def add_device(*, session: Session, device_id: str, device_model: str, token_hash: str, now: float) -> None:
+def add_device(
+    *,
+    session: Session,
+    device_id: str,
+    device_model: str,
+    token_hash: str,
+    now: float,
+    install_hash: str | None,
+) -> None:
     session.add(
         DeviceRow(
-            id=device_id, device_model=device_model, token_hash=token_hash, created_at=now, last_seen=now
+            id=device_id,
+            device_model=device_model,
+            token_hash=token_hash,
+            created_at=now,
+            last_seen=now,
+            install_hash=install_hash,
         )
     )
+
+
+def replace_device_token(*, session: Session, device_id: str, token_hash: str) -> None:
+    """The device's one token becomes ``token_hash``: the old token stops authenticating."""
+    session.execute(update(DeviceRow).where(DeviceRow.id == device_id).values(token_hash=token_hash))
+
+
+def device_by_install(*, session: Session, install_hash: str) -> DeviceRow | None:
+    """The device an install enrolled as (revoked or not)."""
+    return session.scalar(select(DeviceRow).where(DeviceRow.install_hash == install_hash))
 
 
 def device_by_token(*, session: Session, token_hash: str) -> DeviceRow | None:

@@ -169,6 +169,11 @@ class SqlStore:
             row = repo.get_device(session=session, device_id=device_id)
             return None if row is None else _device(row)
 
+    def device_by_install(self, install_hash: str) -> DeviceRecord | None:
+        with self.sessions() as session:
+            row = repo.device_by_install(session=session, install_hash=install_hash)
+            return None if row is None else _device(row)
+
     def count_devices(self) -> int:
         with self.sessions() as session:
             return repo.count_devices(session=session)

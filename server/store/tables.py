@@ -23,6 +23,8 @@ class DeviceRow(Base):
     last_features: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     local_examples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # last reported (DP sampling)
+    # SHA-256 of the install's secret (issue 27): enrolling again with it keeps the device id
+    install_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)
 
 
 class ModelRow(Base):

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from server.core.events import (
     CounterBumped,
     DeviceEnrolled,
+    DeviceReenrolled,
     DeviceRevoked,
     EnrollmentKeyCreated,
     EnrollmentKeyRevoked,
@@ -327,6 +328,7 @@ def _write_one(session: Session, event: Event) -> None:
                 device_model=event.device_model,
                 token_hash=event.token_hash,
                 now=event.at,
+                install_hash=event.install_hash,
             )
         case PushDropped():
             queue.write_dropped(session, event)
@@ -343,8 +345,10 @@ def _write_one(session: Session, event: Event) -> None:
 
 
 def _write_access(session: Session, event: Event) -> None:
-    """Who may use the coordinator: device revocations and enrollment keys (the console audits them)."""
+    """Who may use the coordinator: device revocations, re-enrollments and enrollment keys."""
     match event:
+        case DeviceReenrolled():
+            repo.replace_device_token(session=session, device_id=event.device_id, token_hash=event.token_hash)
         case DeviceRevoked():
             repo.revoke_device(session=session, device_id=event.device_id, now=event.at)
         case EnrollmentKeyCreated():
