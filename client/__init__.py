@@ -6,8 +6,9 @@ Run-time dependencies: numpy, onnxruntime, httpx, psutil (never torch). The libr
 
 from ._data import DeviceData
 from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
-from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
+from ._exceptions import PrivacyRefused, Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures, StaticFeatures
+from ._ledger import DeviceLedger, DevicePrivacy
 from ._onnx_session import GradientComputer, GradientSession
 from ._privacy import (
     DPGradientSession,
@@ -27,12 +28,15 @@ __all__ = [
     "BatteryMeter",
     "DPGradientSession",
     "DeviceData",
+    "DeviceLedger",
+    "DevicePrivacy",
     "EnergyMeter",
     "EnergyModel",
     "EnergyReading",
     "FeatureSource",
     "GradientComputer",
     "GradientSession",
+    "PrivacyRefused",
     "PrivateGradient",
     "PsutilFeatures",
     "PushResult",

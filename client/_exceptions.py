@@ -4,11 +4,12 @@ WorkerError                 any failure the worker reports (4xx with the server'
  +-- Rejected               the server declined a task now; retry after ``retry_after`` seconds
  |    +-- TrainingFinished  the model is done training; stop asking
  +-- TransportError         network failure, timeout or a real server fault (5xx)
+ +-- PrivacyRefused         the device itself refused a DP task (its policy, its own budget): nothing sent
 """
 
 from __future__ import annotations
 
-__all__ = ["Rejected", "TrainingFinished", "TransportError", "WorkerError"]
+__all__ = ["PrivacyRefused", "Rejected", "TrainingFinished", "TransportError", "WorkerError"]
 
 
 class WorkerError(Exception):
@@ -40,3 +41,18 @@ class TrainingFinished(Rejected):
 
 class TransportError(WorkerError):
     """The request did not get a usable answer: network error, timeout or 5xx."""
+
+
+class PrivacyRefused(WorkerError):
+    """The device refused a task on privacy grounds (client/_ledger.py); nothing was computed or pushed.
+
+    ``stop``: its own budget has no room, or it cannot account ε (the worker stops, ``reason`` says why);
+    otherwise the terms break its policy and the worker backs off and asks again (terms may change)."""
+
+    def __init__(self, detail: str, *, reason: str, stop: bool = False) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.stop = stop
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(reason={self.reason!r}, stop={self.stop!r})"

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Literal
 
 from fleet_protocol import TaskGrant
 
-from ._exceptions import Rejected, TransportError, WorkerError
+from ._exceptions import PrivacyRefused, Rejected, TransportError, WorkerError
+from ._ledger import EXHAUSTED
 
 if TYPE_CHECKING:
     from ._worker import TaskReport, Worker
@@ -20,7 +21,7 @@ __all__ = ["EventKind", "Loop", "RunSummary", "WorkerEvent"]
 
 logger = logging.getLogger("fleet.client")
 
-EventKind = Literal["enrolled", "held", "task", "pushing", "waiting", "error", "finished"]
+EventKind = Literal["enrolled", "held", "task", "pushing", "waiting", "error", "finished", "privacy"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,9 @@ class WorkerEvent:
     """What the loop does now, for a user interface (the app's status screen); ``fleet worker`` ignores it.
 
     ``held``: ``hold()`` said why not to ask (e.g. paused); ``waiting``: the coordinator declined
-    (``detail`` is its reason); ``error``: a failure the loop backs off from. ``retry_at`` is the wall
-    clock (``time.time()``) of the next attempt.
+    (``detail`` is its reason); ``error``: a failure the loop backs off from; ``privacy``: the device itself
+    refused a DP task (``detail`` says why; ``retry_at`` None: it stops, its own budget is spent).
+    ``retry_at`` is the wall clock (``time.time()``) of the next attempt.
     """
 
     kind: EventKind
@@ -60,6 +62,10 @@ class Loop:
         self.start = time.monotonic()
         self.errors_in_row = 0
         self.reenrolled = False
+        self.declined_in_row = 0  # DP terms the device's policy refused, in a row
+        self.stopped: str | None = None  # why the device itself stops (its privacy budget is spent)
+        if (spent := worker.ledger.exhausted) is not None:  # a restart asks nothing: the ledger says why
+            self._stop_for_privacy(EXHAUSTED, spent)
 
     def remaining(self) -> float:
         if self.config.max_seconds is None:
@@ -70,6 +76,8 @@ class Loop:
         """Why the loop stops before the next task, or None to go on."""
         if self.stop_event is not None and self.stop_event.is_set():
             return "stopped"
+        if self.stopped is not None:
+            return self.stopped
         if self.config.max_tasks is not None and self.summary.tasks >= self.config.max_tasks:
             return "max_tasks"
         if self.remaining() <= 0:
@@ -84,8 +92,23 @@ class Loop:
         self.worker.sleep(seconds)
         return False
 
+    def _stop_for_privacy(self, reason: str, detail: str) -> None:
+        logger.warning("stopping: %s", detail)
+        self.stopped = reason
+        self.worker.emit(WorkerEvent("privacy", detail))
+
     def on_error(self, exc: WorkerError) -> float | None:
         """The delay before trying again (None: at once), or re-raise when errors keep coming."""
+        if isinstance(exc, PrivacyRefused):  # nothing was sent; no server fault: not counted as an error
+            self.summary.rejections[exc.reason] += 1
+            if exc.stop:
+                self._stop_for_privacy(exc.reason, exc.detail)
+                return None
+            self.declined_in_row += 1
+            delay = min(self.worker._backoff(self.declined_in_row), self.config.max_retry_after)
+            logger.warning("declined a DP task: %s; asking again in %.1f s", exc.detail, delay)
+            self.worker.emit(WorkerEvent("privacy", exc.detail, time.time() + delay))
+            return delay
         if isinstance(exc, Rejected):
             self.summary.rejections[exc.reason] += 1
             self.errors_in_row = 0
@@ -112,7 +135,7 @@ class Loop:
         return delay
 
     def on_task(self, report: TaskReport) -> None:
-        self.errors_in_row, self.reenrolled = 0, False
+        self.errors_in_row, self.reenrolled, self.declined_in_row = 0, False, 0
         self.summary.tasks += 1
         if self.worker.on_report is not None:
             self.worker.on_report(report)

@@ -114,11 +114,13 @@ class ApiClient:
 
     # --- devices and tasks -------------------------------------------------------------------
 
-    def enroll(self, enrollment_key: str, device_model: str) -> Enrollment:
-        """Register this device; later calls carry the returned bearer token."""
-        response = self._request(
-            "POST", "/v1/devices", json={"enrollment_key": enrollment_key, "device_model": device_model}
-        )
+    def enroll(self, enrollment_key: str, device_model: str, install_secret: str | None = None) -> Enrollment:
+        """Register this device; later calls carry the returned bearer token. With ``install_secret`` (the
+        install's own, client/_state.py), enrolling again returns the same device id."""
+        body = {"enrollment_key": enrollment_key, "device_model": device_model}
+        if install_secret is not None:
+            body["install_secret"] = install_secret
+        response = self._request("POST", "/v1/devices", json=body)
         data = _json(response)
         try:
             enrollment = Enrollment(device_id=str(data["device_id"]), token=str(data["token"]))

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from fleet_protocol import DPTerms, Manifest
+from fleet_protocol import Manifest
 
 from ._attacks import Attack, AttackName
 from ._data import DeviceData, label_counts
@@ -23,9 +23,11 @@ from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, EnergyModel, default_energy_meter
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
+from ._ledger import DeviceLedger, DevicePrivacy
 from ._loop import Loop, RunSummary, WorkerEvent
 from ._onnx_session import GradientComputer, GradientSession
 from ._privacy import DPGradientSession, private_step
+from ._state import install_secret
 from ._transport import ApiClient, PushResult, TaskGrant, encode_push
 
 __all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "WorkerEvent", "run_worker", "scaled_counts"]
@@ -74,6 +76,9 @@ class WorkerConfig:
     energy_model: EnergyModel = field(default_factory=EnergyModel)
     wire_encoding: Literal["float32", "float16"] = "float32"  # of pulled parameters and pushed gradients
     attack: AttackName | None = None  # Byzantine behaviour for experiments (client/_attacks.py); None: honest
+    # the device's install secret and own privacy ledger (client/_state.py, _ledger.py); None: in memory
+    state_dir: str | Path | None = None
+    privacy: DevicePrivacy = field(default_factory=DevicePrivacy)  # its budget, δ, σ floor, q cap
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,8 @@ class Worker:
         self.device_id: str | None = None
         attack_rng = np.random.default_rng(attack_seed)
         self._attack = None if config.attack is None else Attack(config.attack, attack_rng)
+        self.ledger = DeviceLedger.open(config.state_dir, config.privacy)  # the budget of this data
+        self.install_secret = install_secret(config.state_dir)  # enrolling again keeps the device id
 
     def __repr__(self) -> str:
         return f"Worker(base_url={self.config.base_url!r}, device_model={self.config.device_model!r})"
@@ -169,7 +176,9 @@ class Worker:
 
     def enroll(self) -> str:
         """Register with the enrollment key; returns the device id."""
-        enrollment = self.api.enroll(self.config.enrollment_key, self.config.device_model)
+        enrollment = self.api.enroll(
+            self.config.enrollment_key, self.config.device_model, self.install_secret
+        )
         self.device_id = enrollment.device_id
         logger.info("enrolled as device %s (%s)", enrollment.device_id, self.config.device_model)
         self.emit(WorkerEvent("enrolled", enrollment.device_id))
@@ -200,7 +209,7 @@ class Worker:
             num_params=manifest.num_params,
             encoding=self.config.wire_encoding,
         )
-        dp = DPTerms.from_json(grant.dp) if grant.dp is not None else None
+        dp = self.ledger.admit(grant.dp, self.data, grant.task_id)  # policy and own budget; charged durably
         private = is_private(dp)  # a DP task: its push says nothing of the data but the noised gradient
         self._private_asks = self._private_asks or private
         if dp is None:

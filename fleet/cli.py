@@ -113,11 +113,19 @@ def worker(
     attack: Annotated[
         str | None, typer.Option(help="Byzantine (tests): sign-flip|gaussian|label-flip|stale-replay")
     ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(help="install secret and privacy ledger of this data (default: <data>.fleet-state/)"),
+    ] = None,
+    privacy_budget: Annotated[
+        float | None, typer.Option(help="this device's own ε budget for its data (default: the ledger's, 8)")
+    ] = None,
     verbose: bool = False,
 ) -> None:
     """Run one device: enroll, then take tasks until training finishes or a limit is reached."""
-    from client import WorkerConfig, run_worker
+    from client import DevicePrivacy, WorkerConfig, run_worker
     from client._attacks import ATTACKS
+    from client._state import default_state_dir
 
     _logging(verbose)
     if not enrollment_key:
@@ -136,6 +144,8 @@ def worker(
         max_seconds=max_seconds,
         verify=str(ca_bundle) if ca_bundle else True,
         attack=attack,  # type: ignore[arg-type]
+        state_dir=state_dir if state_dir is not None else default_state_dir(data),
+        privacy=DevicePrivacy(budget=privacy_budget),
         **options,
     )
 

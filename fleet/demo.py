@@ -106,8 +106,9 @@ def _server_env(
 
 def worker_configs(cfg: DemoConfig, shards: list[Path], base: str, enrollment_key: str) -> list[Any]:
     """One phone per shard: phone classes dealt in turn, the first ``cfg.attackers`` running the attack."""
-    from client import WorkerConfig
+    from client import DevicePrivacy, WorkerConfig
 
+    own = DevicePrivacy(budget=cfg.dp_epsilon)  # the phones' own ledgers (in memory) take the demo's budget
     configs = []
     for i, shard in enumerate(shards):
         phone, ms = PHONES[i % len(PHONES)]
@@ -121,6 +122,7 @@ def worker_configs(cfg: DemoConfig, shards: list[Path], base: str, enrollment_ke
                 seed=cfg.seed * 1000 + i,
                 max_seconds=cfg.minutes * 60,
                 attack=cfg.attack if i < cfg.attackers else None,  # type: ignore[arg-type]
+                privacy=own,
             )
         )
     return configs

@@ -16,9 +16,11 @@ import httpx
 import numpy as np
 import pytest
 
+from client._ledger import LEDGER_FILE
 from client._onnx_session import InferenceSession
 from client._platform import backends
-from client.app.controller import AppController
+from client._state import INSTALL_FILE
+from client.app.controller import STATE_DIR, AppController
 from client.app.drawing import Drawings, strokes_to_image
 from client.app.settings import (
     AppSettings,
@@ -180,6 +182,26 @@ def test_a_refused_token_enrolls_again(coordinator, tmp_path: Path) -> None:
     finally:
         control.close()
     assert load_settings(tmp_path / "app").device_token not in ("", "revoked-token")
+
+
+def test_a_lost_token_enrolls_again_as_the_same_install(coordinator, tmp_path: Path) -> None:
+    """Issue 27: the install secret and the privacy ledger live in the app's folder (Android: its storage),
+    so enrolling again (a lost or refused token) returns the same device id: the server's ledger goes on."""
+    server, shard = coordinator
+
+    def one_task(control: AppController) -> str:
+        try:
+            control.start()
+            until(lambda: control.status().done >= 1, 30, "a task")
+        finally:
+            control.close()
+        return load_settings(tmp_path / "app").device_id
+
+    first = one_task(app(tmp_path, server.url, shard))
+    save_settings(tmp_path / "app", replace(load_settings(tmp_path / "app"), device_token="lost-token"))
+    assert first and one_task(AppController(tmp_path / "app", backoff_max=1.0)) == first
+    state = tmp_path / "app" / STATE_DIR
+    assert (state / INSTALL_FILE).exists() and (state / LEDGER_FILE).exists()
 
 
 def test_operator_pause_is_a_503_the_app_waits_out(coordinator, tmp_path: Path) -> None:

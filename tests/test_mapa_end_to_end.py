@@ -21,9 +21,9 @@ def test_mapa_grants_carry_the_stage_sensitivity_and_steps_are_charged(tmp_path,
         dp="true",
         dp_epsilon_budget=100.0,
         dp_step_epsilon=0.5,
-        dp_noise_sampler="paper",
+        dp_noise_sampler="exact",
         mapa_sensitivity=8.0,
-        mapa_loss_gap=1e-6,  # T_s clamps at 1: every update ends a stage, so ΔS halves per task
+        mapa_loss_gap=1e-12,  # T_s clamps at 1: every update ends a stage, so ΔS halves per task
         tau_max=0,
         eval_data=test_path,
     ).start()
@@ -61,7 +61,7 @@ def test_audp_grants_a_fixed_clip_and_charges_each_step(tmp_path, database_url):
         dp="true",
         dp_epsilon_budget=1.0,
         dp_step_epsilon=0.4,
-        dp_noise_sampler="paper",
+        dp_noise_sampler="exact",
         audp_clip=3.0,
         tau_max=0,
         eval_data=test_path,

@@ -44,6 +44,8 @@ REASONS = {
     "storage_unavailable": "The coordinator's database is unavailable.",
 }
 HISTORY = 20
+# the install secret and the privacy ledger, in the app's folder (Android: app storage, wiped on uninstall)
+STATE_DIR = "device-state"
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ class AppController:
             base_url=settings.server_url, enrollment_key=settings.enrollment_key, data=data,
             device_model=self.platform.device_model, max_consecutive_errors=None, backoff_initial=1.0,
             backoff_max=self.backoff_max, max_retry_after=self.backoff_max, timeout=30.0,
+            state_dir=self.folder / STATE_DIR,
         )  # fmt: skip
         self._worker_set(state="connecting", message=f"Connecting to {settings.server_url}", retry_at=None)
         with Worker(
@@ -253,6 +256,8 @@ class AppController:
                     self._worker = None
         if summary.finished:
             self._worker_set(state="finished", message="Training finished; looking for a new model.")
+        elif summary.stop_reason.startswith("privacy_") and not restart.is_set():
+            restart.wait(3600.0)  # its own budget is spent: ask nothing until the settings change
         return summary.finished
 
     def _data(self) -> DeviceData | None:
@@ -315,6 +320,9 @@ class AppController:
             self._worker_set(state="error", message=self._explain(event), retry_at=event.retry_at)
         elif event.kind == "finished":
             self._worker_set(state="finished", message="Training finished.", retry_at=None, task="")
+        elif event.kind == "privacy":  # the device refused the terms (retry_at) or its budget is spent
+            state = "waiting" if event.retry_at is not None else "finished"
+            self._worker_set(state=state, message=event.detail, retry_at=event.retry_at, task="")
 
     def _remember_token(self, device_id: str) -> None:
         with self._lock:
