@@ -61,7 +61,7 @@ class DemoConfig:
             raise ValueError(f"unknown attack {self.attack!r}; known: {list(ATTACKS)}")
 
 
-DP_MAX_BATCH = 100  # with DP a phone's 200 digits are Poisson-sampled at q = B/200 ≤ 0.5
+DP_MAX_BATCH = 100  # with DP a phone's 200 digits (reported as 192) are Poisson-sampled at q = 100/192
 
 
 def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
@@ -69,15 +69,19 @@ def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
     the largest batch reach it; smaller batches (a lower q) leave room for more tasks."""
     if cfg.dp_epsilon is None:
         return {}
-    from fleet_protocol.accounting import DEFAULT_DELTA, calibrate_noise
+    from client._ledger import RATE_CAP
+    from fleet_protocol.accounting import DEFAULT_DELTA, bucket_examples, calibrate_noise
 
-    q = min(1.0, DP_MAX_BATCH / local_examples)
+    # within the phones' own q cap at the rate the coordinator grants (B of N's bucket): 100 for 200 digits
+    bucket = bucket_examples(local_examples)
+    batch = min(DP_MAX_BATCH, int(RATE_CAP * bucket))
+    q = min(1.0, batch / bucket)  # what the coordinator grants and the ledgers charge
     sigma = calibrate_noise(cfg.dp_epsilon, DEFAULT_DELTA, q, cfg.dp_tasks)
     return {
         "FLEET_DP": "true",
         "FLEET_DP_EPSILON_BUDGET": str(cfg.dp_epsilon),
         "FLEET_DP_NOISE_MULTIPLIER": f"{sigma:.6f}",
-        "FLEET_MAX_BATCH": str(DP_MAX_BATCH),
+        "FLEET_MAX_BATCH": str(batch),
     }
 
 
@@ -224,7 +228,8 @@ def run_demo(cfg: DemoConfig) -> int:
     if dp_env:
         console.print(
             f"Differential privacy: DP-SGD on every phone, ε budget {cfg.dp_epsilon:g} per device, "
-            f"σ = {float(dp_env['FLEET_DP_NOISE_MULTIPLIER']):.3f}, C = 1, batch ≤ {DP_MAX_BATCH}"
+            f"σ = {float(dp_env['FLEET_DP_NOISE_MULTIPLIER']):.3f}, C = 1, "
+            f"batch ≤ {dp_env['FLEET_MAX_BATCH']}"
         )
     if cfg.attackers or cfg.kardam:
         console.print(

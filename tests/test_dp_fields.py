@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from client import DeviceData, Worker, WorkerConfig
+from client import DeviceData, DevicePrivacy, Worker, WorkerConfig
 from client._energy import EnergyModel
 from fleet_protocol import PushMeta, TaskAsk
 from fleet_protocol.accounting import bucket_examples
@@ -74,7 +74,12 @@ def what_the_device_sends(http: Any, data: DeviceData, tasks: int) -> dict[str, 
 
     hooks = http.event_hooks
     http.event_hooks = {**hooks, "request": [*hooks.get("request", []), capture]}
-    config = WorkerConfig(base_url=str(http.base_url), enrollment_key=ENROLL, data=data, seed=3)
+    lenient = DevicePrivacy(
+        budget=100.0, max_sampling_rate=1.0
+    )  # the fields, not the device's policy (q = 1)
+    config = WorkerConfig(
+        base_url=str(http.base_url), enrollment_key=ENROLL, data=data, seed=3, privacy=lenient
+    )
     try:
         with Worker(config, client=http, features=FixedFeatures(), energy=EnergyModel()) as worker:
             reports = [worker.run_one() for _ in range(tasks)]

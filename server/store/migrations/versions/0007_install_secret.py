@@ -1,7 +1,7 @@
 """install identity (issue 27): a device row keeps the SHA-256 of its install's secret
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-26 12:00:00.000000
 
 Hand-written, like 0003 (``batch_alter_table``, so SQLite and PostgreSQL take the same script). Enrolling
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"  # the integrator sets "0006" when 0006 is on main before this one
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
