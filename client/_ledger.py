@@ -134,13 +134,14 @@ class DeviceLedger:
         self.privacy = privacy if privacy is not None else DevicePrivacy()
         self._lock = threading.Lock()
         self._fingerprint: tuple[object, str] | None = None  # (the data object, its fingerprint)
-        state = self._load() if path is not None and path.exists() else _new_state(self.privacy)
+        stored = self._load() if path is not None and path.exists() else None
+        state = stored if stored is not None else _new_state(self.privacy)
         if self.privacy.budget is not None and self.privacy.budget != state["budget"]:
-            state = {**state, "budget": self.privacy.budget, "exhausted": None}
+            state = {**state, "budget": self.privacy.budget, "exhausted": None}  # the owner's new budget
         if self.privacy.delta is not None and self.privacy.delta != state["delta"]:
             logger.warning("privacy ledger %s keeps its δ %.2e (δ is fixed once spent)", path, state["delta"])
         self._state = state
-        if path is not None and not path.exists():
+        if path is not None and state is not stored:
             write_json_atomic(path, state)
 
     @classmethod

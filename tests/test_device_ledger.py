@@ -212,3 +212,9 @@ def test_fleet_worker_keeps_its_state_next_to_the_data_or_where_it_is_told(tmp_p
         result = CliRunner().invoke(app, [*base, *extra, "--privacy-budget", "3"])
         assert result.exit_code == 0, result.output
         assert (where / INSTALL_FILE).exists() and DeviceLedger.open(where).budget == 3.0
+
+
+def test_the_owners_budget_is_kept_with_the_ledger(tmp_path):
+    DeviceLedger.open(tmp_path, DevicePrivacy(budget=5.0))
+    assert DeviceLedger.open(tmp_path).budget == 5.0  # given once, kept
+    assert DeviceLedger.open(tmp_path, DevicePrivacy(delta=1e-6)).delta == DEFAULT_DELTA  # δ is fixed
