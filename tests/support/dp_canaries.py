@@ -45,15 +45,20 @@ class Ridge:
     ±C past a few κ), the canary pulls with a constant gradient A (clipped to C), a flat example has none.
 
     Started just above the ridge, ordinary steps climb away from it (gradient −C each); a canary's step of
-    η·C crosses it, after which every ordinary step descends (gradient +C)."""
+    η·C crosses it, after which every ordinary step descends (gradient +C). With a ``plateau`` (ordinary
+    gradients 0 within it of the ridge) and started on the ridge, ordinary steps stay put until the canary,
+    wherever it comes, steps off the plateau."""
 
     num_params = 1
 
-    def __init__(self, ridge: float = 0.0, width: float = 0.01, pull: float = 10.0) -> None:
-        self.ridge, self.width, self.pull = ridge, width, pull
+    def __init__(
+        self, ridge: float = 0.0, width: float = 0.01, pull: float = 10.0, plateau: float = 0.0
+    ) -> None:
+        self.ridge, self.width, self.pull, self.plateau = ridge, width, pull, plateau
 
     def gradients(self, w: float, x: np.ndarray) -> np.ndarray:
-        ordinary = -self.pull * np.tanh((w - self.ridge) / self.width)
+        off = w - self.ridge
+        ordinary = 0.0 if abs(off) < self.plateau else -self.pull * np.tanh(off / self.width)
         return np.where(x == CANARY, self.pull, np.where(x == FLAT, 0.0, ordinary))
 
     def clipped_sum(
