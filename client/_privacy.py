@@ -123,8 +123,8 @@ class DPGradientSession:
 
 @dataclass(frozen=True)
 class PrivateGradient:
-    """One DP-SGD step's result: the (non-private, local-only) mean loss, the noised gradient to push, and
-    how many examples Poisson sampling drew (local diagnostics: it must not be sent, it is not noised)."""
+    """One DP-SGD step's result: the (non-private, local-only: never sent) mean loss, the noised gradient to
+    push, and how many examples were drawn (local only: it scales the reported time and energy to B)."""
 
     loss: float
     gradient: np.ndarray
@@ -151,9 +151,13 @@ def private_gradient(
     clip: float,
     noise_multiplier: float,
     expected_batch: int,
+    sampling_rate: float | None = None,
     rng: np.random.Generator | None = None,
 ) -> PrivateGradient:
-    """One DP-SGD gradient: (Σ_{i∈S} clip(g_i, C) + N(0, σ²C²·I)) / B with S Poisson-sampled at q = B/N.
+    """One DP-SGD gradient: (Σ_{i∈S} clip(g_i, C) + N(0, σ²C²·I)) / B with S Poisson-sampled at q.
+
+    q is ``sampling_rate``, the rate the grant's terms state and the ledger charges (the server computes it
+    from the bucketed N the device reported, not from the exact N; None: B/N, simulations only).
 
     The divisor is ``expected_batch`` B, not the realised |S|: dividing by |S| would make the output depend
     on whether one example is present in a way the noise does not cover; with a fixed B, adding or removing
@@ -170,7 +174,7 @@ def private_gradient(
         raise ValueError(f"need matching, non-empty x and y, got {len(x_all)} and {len(y_all)} examples")
     if rng is None:
         rng = np.random.default_rng(secrets.randbits(128))
-    rate = min(1.0, expected_batch / len(y_all))
+    rate = min(1.0, expected_batch / len(y_all)) if sampling_rate is None else float(sampling_rate)
     x, y = poisson_sample(_Arrays(x_all, y_all), rate, rng)
     loss, summed = session.clipped_sum(flat_params, x, y, clip)
     noise = rng.normal(0.0, noise_multiplier * clip, size=summed.shape)  # float64, then one cast
@@ -347,6 +351,7 @@ def private_step(
             clip=terms.clip,
             noise_multiplier=terms.noise_multiplier,
             expected_batch=terms.expected_batch,
+            sampling_rate=terms.sampling_rate,
             rng=rng,
         )
     if terms.mechanism == NORM_LAPLACE_MECHANISM:

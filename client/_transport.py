@@ -141,17 +141,19 @@ class ApiClient:
         *,
         device_model: str,
         features: dict[str, float | None],
-        label_counts: list[int],
+        label_counts: list[int] | None,
         local_examples: int | None = None,
     ) -> TaskGrant:
-        """Ask for a learning task; raises ``Rejected``/``TrainingFinished`` when there is none."""
+        """Ask for a learning task; raises ``Rejected``/``TrainingFinished`` when there is none. Label counts
+        of None (a DP device's) are left out of the JSON."""
         ask = TaskAsk(
             label_counts=label_counts,
             features=features,
             device_model=device_model,
             local_examples=local_examples,
         )
-        data = _json(self._request("POST", "/v1/tasks", json=asdict(ask)))
+        body = {k: v for k, v in asdict(ask).items() if not (k == "label_counts" and v is None)}
+        data = _json(self._request("POST", "/v1/tasks", json=body))
         try:
             return TaskGrant.from_json(data)
         except WireError as exc:

@@ -19,6 +19,7 @@ from fleet_protocol import DPTerms, Manifest
 
 from ._attacks import Attack, AttackName
 from ._data import DeviceData, label_counts
+from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, EnergyModel, default_energy_meter
 from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
@@ -27,7 +28,7 @@ from ._onnx_session import GradientComputer, GradientSession
 from ._privacy import DPGradientSession, private_step
 from ._transport import ApiClient, PushResult, TaskGrant, encode_push
 
-__all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "WorkerEvent", "run_worker"]
+__all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "WorkerEvent", "run_worker", "scaled_counts"]
 
 logger = logging.getLogger("fleet.client")
 
@@ -145,6 +146,8 @@ class Worker:
         self._rng = np.random.default_rng(data_seed)
         self._jitter = np.random.default_rng(jitter_seed)
         self._active: tuple[str, int] | None = None  # (model_id, num_classes) the labels are counted for
+        self._server_dp = False  # the coordinator runs DP (its active model says so): ask as a DP device
+        self._private_asks = False  # a grant had DP terms: ask as a DP device from now on
         self._sessions: dict[str, GradientComputer] = {}
         self._dp_sessions: dict[str, DPGradientSession] = {}
         self.device_id: str | None = None
@@ -198,30 +201,38 @@ class Worker:
             encoding=self.config.wire_encoding,
         )
         dp = DPTerms.from_json(grant.dp) if grant.dp is not None else None
+        private = is_private(dp)  # a DP task: its push says nothing of the data but the noised gradient
+        self._private_asks = self._private_asks or private
         if dp is None:
             x, y = self.data.sample(grant.batch_size, self._rng)
             y = y if self._attack is None else self._attack.labels(y, manifest.num_classes)
             x = _fit_input(x, manifest.input_shape)
             batch_counts = label_counts(y, manifest.num_classes)
-        else:  # the push may not reveal the sampled batch: the local label mix scaled to B instead
+        else:  # plain local SGD (a strategy's terms, no DP) reports the local label mix scaled to B
             dp_session = self._dp_session(grant, manifest)
-            batch_counts = scaled_counts(self.data.label_counts(manifest.num_classes), dp.expected_batch)
+            local = self.data.label_counts(manifest.num_classes)
+            batch_counts = None if private else scaled_counts(local, dp.expected_batch)
 
         mark = self.energy.begin()
         cpu_start = time.process_time()
         start = time.perf_counter()
+        examples = grant.batch_size
         if dp is None:
             loss, gradient = session.loss_and_gradient(params, x, y)
         else:
-            private = private_step(
-                dp, dp_session, params, _fit_input(self.data.x, manifest.input_shape), self.data.y
+            x_all = _fit_input(self.data.x, manifest.input_shape)
+            step = private_step(dp, dp_session, params, x_all, self.data.y)
+            loss, gradient, examples = (
+                step.loss if np.isfinite(step.loss) else 0.0,
+                step.gradient,
+                step.examples,
             )
-            loss, gradient = private.loss if np.isfinite(private.loss) else 0.0, private.gradient
         gradient = gradient if self._attack is None else self._attack.gradient(gradient)
         cpu_seconds = time.process_time() - cpu_start
         busy = cpu_seconds
+        work = max(examples, 1) if private else grant.batch_size  # the examples an emulated phone computed
         if self.config.min_ms_per_sample:
-            floor = grant.batch_size * self.config.min_ms_per_sample / 1000.0
+            floor = work * self.config.min_ms_per_sample / 1000.0
             remaining = floor - (time.perf_counter() - start)
             if remaining > 0:
                 time.sleep(remaining)
@@ -229,7 +240,7 @@ class Worker:
             # as CPU time (also when a loaded machine already took longer than the floor in wall time)
             busy = max(cpu_seconds + max(remaining, 0.0), floor)
         if self.config.delay_ms_per_sample:
-            pause = grant.batch_size * self.config.delay_ms_per_sample / 1000.0
+            pause = work * self.config.delay_ms_per_sample / 1000.0
             time.sleep(pause)
             busy += pause  # charged as compute, like the floor above
         compute_time_ms = (time.perf_counter() - start) * 1000.0
@@ -239,13 +250,10 @@ class Worker:
             raise WorkerError(f"gradient has shape {gradient.shape}, expected ({manifest.num_params},)")
         if not (np.isfinite(loss) and np.isfinite(gradient).all()):
             raise WorkerError(f"task {grant.task_id}: non-finite loss or gradient, not pushed")
-        meta = {
-            "label_counts": batch_counts,
-            "loss": loss,
-            "compute_time_ms": compute_time_ms,
-            "energy": reading.value,
-            "batch_size": grant.batch_size,
-        }
+        meta = push_meta(
+            dp, label_counts=batch_counts, loss=loss, batch_size=grant.batch_size, examples=examples,
+            compute_time_ms=compute_time_ms, energy=reading.value,
+        )  # fmt: skip
         self.emit(WorkerEvent("pushing", grant=grant))
         result = self._push(grant, meta, gradient)
         report = TaskReport(
@@ -255,11 +263,11 @@ class Worker:
             staleness=result.staleness,
             weight=result.weight,
             batch_size=grant.batch_size,
-            loss=loss,
-            compute_time_ms=compute_time_ms,
+            loss=loss,  # local only under DP: never sent
+            compute_time_ms=meta["compute_time_ms"],
             predicted_time_ms=grant.predicted_time_ms,
             slo_time_ms=grant.slo_time_ms,
-            energy=reading.value,
+            energy=meta["energy"],
             energy_source=reading.source,
             current_version=result.version,
             applied=result.applied,
@@ -277,17 +285,18 @@ class Worker:
         if self._active is None:
             info = self.api.active_model()
             self._active = (str(info["model_id"]), int(info["num_classes"]))
+            self._server_dp = bool(info.get("dp", False))
         model_id, num_classes = self._active
         try:
-            counts = self.data.label_counts(num_classes)
+            counts = self.data.label_counts(num_classes)  # checks the labels fit, even when not sent
         except ValueError as exc:
             raise WorkerError(f"local data does not fit model {model_id}: {exc}") from exc
+        private = self._server_dp or self._private_asks
         try:
             return self.api.request_task(
                 device_model=self.config.device_model,
                 features=self.features.read(),
-                label_counts=counts,
-                local_examples=len(self.data),
+                **ask_fields(counts, len(self.data), private=private),
             )
         except Rejected as exc:
             if exc.reason == "no_model":
@@ -373,18 +382,6 @@ class Worker:
         """Exponential backoff with jitter: uniform in [d/2, d], d = initial * 2^(attempt-1), capped."""
         delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0 ** max(0, attempt - 1))
         return float(self._jitter.uniform(delay / 2.0, delay))
-
-
-def scaled_counts(counts: list[int], total: int) -> list[int]:
-    """``counts`` rescaled to sum to ``total`` (largest remainders): a DP push's label counts."""
-    weights = np.asarray(counts, np.float64)
-    if weights.sum() <= 0:
-        raise WorkerError("no local examples to train on")
-    exact = weights / weights.sum() * total
-    scaled = np.floor(exact).astype(np.int64)
-    for i in np.argsort(scaled - exact)[: total - int(scaled.sum())]:
-        scaled[i] += 1
-    return [int(c) for c in scaled]
 
 
 def _fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:

@@ -69,10 +69,10 @@ def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
     the largest batch reach it; smaller batches (a lower q) leave room for more tasks."""
     if cfg.dp_epsilon is None:
         return {}
-    from fleet_protocol.accounting import calibrate_noise, default_delta
+    from fleet_protocol.accounting import DEFAULT_DELTA, calibrate_noise
 
     q = min(1.0, DP_MAX_BATCH / local_examples)
-    sigma = calibrate_noise(cfg.dp_epsilon, default_delta(local_examples), q, cfg.dp_tasks)
+    sigma = calibrate_noise(cfg.dp_epsilon, DEFAULT_DELTA, q, cfg.dp_tasks)
     return {
         "FLEET_DP": "true",
         "FLEET_DP_EPSILON_BUDGET": str(cfg.dp_epsilon),

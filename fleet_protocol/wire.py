@@ -54,12 +54,15 @@ def _known(cls: type, data: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class TaskAsk:
-    """``POST /v1/tasks``: the device's state and its local label counts (one per class)."""
+    """``POST /v1/tasks``: the device's state and, without DP, its local label counts (one per class).
 
-    label_counts: list[int]
+    Under DP (the coordinator's active model says ``dp``) the device sends no label counts (a count that
+    rises by one would reveal an example's label) and ``local_examples`` as ``bucket_examples(N)``."""
+
+    label_counts: list[int] | None = None  # None (left out of the JSON) under DP; sums to N when both given
     features: dict[str, float | None] = field(default_factory=dict)
     device_model: str | None = None
-    local_examples: int | None = None  # the device's N; required when the coordinator runs DP
+    local_examples: int | None = None  # the device's N (bucketed under DP); required when DP is on
 
 
 @dataclass(frozen=True)
@@ -177,12 +180,16 @@ class Rejection:
 
 @dataclass(frozen=True)
 class PushMeta:
-    """The JSON half of ``POST /v1/tasks/{id}/result``; the gradient is the binary half."""
+    """The JSON half of ``POST /v1/tasks/{id}/result``; the gradient is the binary half.
 
-    label_counts: list[int]
-    loss: float
+    A DP task's push carries nothing data-dependent but its noised gradient: ``loss`` and ``label_counts``
+    null, ``batch_size`` the terms' expected_batch B, time and energy scaled to B (the coordinator refuses
+    anything else). Without DP the loss and the mini-batch's label counts (summing to batch_size) are sent."""
+
     compute_time_ms: float
     batch_size: int
+    label_counts: list[int] | None = None  # null under DP
+    loss: float | None = None  # null under DP
     energy: float | None = None
     encoding: Encoding = "float32"  # of the gradient bytes
 

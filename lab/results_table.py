@@ -76,16 +76,19 @@ def dp_rows(data: dict[str, Any]) -> Iterator[Row]:
     """Thesis Fig. 3.11 (issue 15): AdaSGD vs DynSGD under DP-SGD at each ε, each at its tuned rate."""
     s = data["summary"]
     eps = [e for e in s["epsilons"] if f"{e}/b" in s["tables"]]
-    names = " / ".join("∞" if e == "inf" else e for e in eps)
+    ledger = {e: (s["accounting"].get(e) or {}).get("ledger") for e in eps}
+    names = " / ".join(
+        "∞" if e == "inf" else f"{e} (ledger {ledger[e]['epsilon']:.1f})" if ledger[e] else e for e in eps
+    )
     yield (
-        f"AdaSGD's saving in updates to 80% vs DynSGD under DP-SGD, IID MNIST, D2, ε = {names}, "
+        f"AdaSGD's saving in updates to 80% vs DynSGD under DP-SGD, IID MNIST, D2, pooled ε = {names}, "
         "each at its tuned rate (%)",
         " / ".join(_cell(s["tables"][f"{e}/b"], "adasgd", "saving_over_dynsgd_pct", 1) for e in eps),
         "AdaSGD ahead at every ε (≥ 0)",
         _link("dp-staleness.md"),
     )
     yield (
-        f"test accuracy at the cap ({s['cap']:,} updates) under DP, ε = {names}: AdaSGD / DynSGD",
+        f"test accuracy at the cap ({s['cap']:,} updates) under DP, pooled ε = {names}: AdaSGD / DynSGD",
         " / ".join(
             f"{s['tables'][f'{e}/b']['adasgd']['final_accuracy']['median']:.3f} vs "
             f"{s['tables'][f'{e}/b']['dynsgd']['final_accuracy']['median']:.3f}"

@@ -25,7 +25,7 @@ from server.core.pushes import TRUSTED, Enqueue
 from server.settings import Settings
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
-from server.strategies import WRAPPERS, Strategy, make_strategy
+from server.strategies import Strategy, dp_refusal, make_strategy, wrap
 
 __all__ = [
     "apply_settings",
@@ -34,6 +34,7 @@ __all__ = [
     "build_profiler",
     "build_store",
     "build_strategy",
+    "check_dp_strategy",
     "role_parts",
     "strategy_params",
     "wrap_strategy",
@@ -47,9 +48,17 @@ def strategy_params(settings: Settings) -> dict[str, object]:
 
 def wrap_strategy(strategy: Strategy, wrappers: Sequence[Any]) -> Strategy:
     """``strategy`` inside each configured wrapper (server/strategies WRAPPERS), the first one innermost."""
-    for config in wrappers:
-        strategy = WRAPPERS[config.name](strategy, **config.kwargs())
-    return strategy
+    return wrap(strategy, wrappers)
+
+
+def check_dp_strategy(settings: Settings) -> None:
+    """Refuse (ValueError) DP with a strategy, a wrapper or an admission rule that reads what a DP device
+    does not send (the loss, the label counts): it would run blind, not private. Settings already refuse
+    it when validated; this is the composition root's own check on the strategy it builds."""
+    if settings.dp:
+        problem = dp_refusal(build_strategy(settings), similarity_drop=settings.similarity_drop)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def build_strategy(settings: Settings) -> Strategy:
@@ -106,6 +115,7 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
     worker (which only follows what the aggregator writes), the initial model added and the stop rule set."""
     if settings.role != "all" and settings.dp:
         raise ValueError("DP budgets are charged in one process: FLEET_DP needs FLEET_ROLE=all for now")
+    check_dp_strategy(settings)
     if settings.role != "all" and not settings.resolved_database_url().startswith("postgresql"):
         raise ValueError(
             f"FLEET_ROLE={settings.role} needs PostgreSQL (FLEET_DATABASE_URL): docs/scale-out.md"
@@ -173,6 +183,7 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
 
     The strategy is rebuilt only when its settings or the wrappers changed; it keeps its state when its
     class stays the same. The API's rate limits are the API's own (server/api/app.py applies them)."""
+    check_dp_strategy(new)
     factory = None
     if old.strategy != new.strategy or old.wrappers != new.wrappers:
 

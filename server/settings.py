@@ -36,7 +36,15 @@ from pydantic_settings import (
 )
 
 from profiler.defaults import TUNED_PARAMS
-from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS, settings_union
+from server.strategies import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    WRAPPERS,
+    dp_refusal,
+    make_strategy,
+    settings_union,
+    wrap,
+)
 from server.strategies.wrappers import WrapperSettings
 
 StrategyConfig = settings_union(STRATEGIES)  # one model per strategy, told apart by "name"
@@ -283,6 +291,14 @@ class Settings(BaseSettings):
     @classmethod
     def _fold_flat(cls, data: Any) -> Any:
         return fold_flat(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _dp_reads(self) -> Settings:
+        """With DP on, nothing may read what a DP device does not send (the loss, the label counts)."""
+        strategy = wrap(make_strategy(self.strategy), self.wrappers) if self.dp else None
+        if strategy is not None and (problem := dp_refusal(strategy, similarity_drop=self.similarity_drop)):
+            raise ValueError(problem)
+        return self
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'fleet.db'}"

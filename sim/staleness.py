@@ -45,7 +45,8 @@ class StalenessController:
 
     def __call__(self, request: TaskRequest, current_version: int) -> int:
         tau = self.distribution.draw(self.rng)
-        if self.long_tail is not None and request.label_counts[self.long_tail[0]] > 0:
+        counts = request.label_counts  # None: not sent (a DP device), so no long tail by label
+        if self.long_tail is not None and counts is not None and counts[self.long_tail[0]] > 0:
             tau = self.long_tail[1]
         self.drawn.append(tau)
         return current_version - tau

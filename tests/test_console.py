@@ -317,7 +317,7 @@ def test_the_privacy_page_shows_each_device_epsilon_against_the_budget(console):
     assert "Differential privacy is off" not in client.get("/admin/privacy").text
     enrolled = client.post("/v1/devices", json={"enrollment_key": ENROLL, "device_model": "Pixel"}).json()
     device = {"Authorization": f"Bearer {enrolled['token']}"}
-    body = {"features": FEATURES, "label_counts": [20] * 10, "local_examples": 200}
+    body = {"features": FEATURES, "local_examples": 200}
     codes = [client.post("/v1/tasks", json=body, headers=device).status_code for _ in range(40)]
     assert 201 in codes and codes[-1] == 503
     page = client.get("/admin/privacy").text
@@ -329,3 +329,20 @@ def test_the_privacy_page_shows_each_device_epsilon_against_the_budget(console):
     plain = console()
     login(plain)
     assert "Differential privacy is off" in plain.get("/admin/privacy").text
+
+
+def test_the_privacy_page_and_the_docs_state_the_same_guarantee(console):
+    """docs/privacy.md quotes ``STATEMENT`` word for word and the console shows it (issue 27)."""
+    import html
+    from pathlib import Path
+
+    from fleet_protocol.accounting import STATEMENT
+
+    docs = Path(__file__).resolve().parents[1].joinpath("docs", "privacy.md").read_text()
+    client = console(dp=True, initial_model="mlp")
+    login(client)
+    page = html.unescape(client.get("/admin/privacy").text)
+    for heading, text in STATEMENT:
+        assert f"- **{heading}.** {text}" in docs, heading
+        assert heading in page and text in page, heading
+    assert "replace-one" in docs.lower() and "1e-8" in docs

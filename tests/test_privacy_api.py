@@ -11,7 +11,7 @@ ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 
 
 def ask(api, headers, examples=200):
-    body = {"features": FEATURES, "label_counts": [20] * 10, "local_examples": examples}
+    body = {"features": FEATURES, "local_examples": examples}  # under DP: no label counts
     return api.http.post("/v1/tasks", json=body, headers=headers)
 
 
@@ -71,9 +71,7 @@ def test_the_budget_stops_the_device_with_a_clear_reason(dp_api):
 def test_a_bad_local_dataset_size_is_a_422_and_charges_nothing(dp_api, examples):
     device = dp_api.enroll()
     assert ask(dp_api, device, examples).status_code == 422
-    missing = dp_api.http.post(
-        "/v1/tasks", json={"features": FEATURES, "label_counts": [20] * 10}, headers=device
-    )
+    missing = dp_api.http.post("/v1/tasks", json={"features": FEATURES}, headers=device)
     assert missing.status_code == 422 and "local_examples" in missing.text
     assert dp_api.http.get("/v1/privacy/me", headers=device).json()["tasks"] == 0
 

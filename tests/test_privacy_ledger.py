@@ -103,7 +103,9 @@ def dp_core(
 
 
 def ask(core: Coordinator, device, examples: object = 200) -> TaskGrant | Rejection:
-    return core.request_task(TaskRequest(device, dict(FEATURES), np.full(10, 20), local_examples=examples))
+    return core.request_task(
+        TaskRequest(device, dict(FEATURES), None, local_examples=examples)
+    )  # DP: no labels
 
 
 def test_dp_tasks_carry_the_terms_and_the_budget_stops_the_device():
@@ -169,10 +171,9 @@ def test_a_device_holding_fewer_examples_than_the_batch_samples_all_it_has():
 
 
 def push(core: Coordinator, device, grant: TaskGrant, gradient: np.ndarray, batch: int) -> object:
-    counts = np.zeros(10, np.int64)
-    counts[0] = batch
+    """A DP push: no loss, no label counts (issue 27)."""
     return core.submit(
-        device, grant.task_id, TaskResult(counts, 1.0, 10.0, None, batch, gradient, grant.task_id)
+        device, grant.task_id, TaskResult(None, None, 10.0, None, batch, gradient, grant.task_id)
     )
 
 

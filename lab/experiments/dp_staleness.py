@@ -2,9 +2,10 @@
 
 Every task is a DP-SGD step over the device's 40 digits (per-example clip C, Gaussian noise σC,
 divided by the expected batch; sim/controlled.py), at ε ∈ {0.5, 1, 2, 4, ∞}. σ per ε follows the
-thesis's pooled accounting (4,000 digits, q = 40/4000 per update, T = cap updates, δ = 1/N²);
-Fleet's own per-device ledger for the same σ is reported next to it. Protocols (a) and (b) as in
-`staleness`, tuned per ε on seed 1000; runs go to the cap so the accuracy reached is measured too.
+thesis's pooled accounting (4,000 digits, q = 40/4000 per update, T = cap updates, δ = 1/N², add/remove-one,
+RDP); Fleet's own per-device ledger for the same σ (replace-one, PLD, δ = 1e-8) is reported next to it.
+Protocols (a) and (b) as in `staleness`, tuned per ε on seed 1000; runs go to the cap so the accuracy
+reached is measured too.
 """
 
 from __future__ import annotations
@@ -50,13 +51,16 @@ def pooled(plan: DPPlan) -> dict[str, float]:
 
 
 def noise_for(epsilon: float, plan: DPPlan) -> float | None:
-    """σ for ε under the pooled accounting (RDP), rounded up to 4 decimals (a stable cache key, still ≤ ε)."""
-    from fleet_protocol.accounting import calibrate_noise
+    """σ for ε under the pooled accounting (the thesis's: add/remove-one, RDP), rounded up to 4 decimals
+    (a stable cache key, still ≤ ε)."""
+    from fleet_protocol.accounting import ADD_OR_REMOVE, calibrate_noise
 
     if math.isinf(epsilon):
         return None
     view = pooled(plan)
-    sigma = calibrate_noise(epsilon, view["delta"], view["sampling_rate"], view["steps"])
+    sigma = calibrate_noise(
+        epsilon, view["delta"], view["sampling_rate"], view["steps"], relation=ADD_OR_REMOVE
+    )
     return math.ceil(sigma * 1e4) / 1e4
 
 
@@ -102,35 +106,41 @@ def reached(output: dict[str, Any], target: float) -> int | None:
 
 
 def accounting(epsilon: str, sigma: float | None, outputs: list[dict[str, Any]], plan: DPPlan) -> dict:
-    """Both ε for one σ: the pooled (thesis) one it was calibrated to, and Fleet's per-device ledger's."""
-    from fleet_protocol.accounting import PrivacyEvent, default_delta
-    from fleet_protocol.accounting import epsilon as eps_of
-
+    """ε for one σ: the pooled (thesis) one it was calibrated to, and Fleet's per-device ledger's."""
     if sigma is None:
         return {"sigma": None, "pooled": None, "ledger": None}
-    view = pooled(plan)
     steps = max(o["gradients"] for o in outputs)  # K = 1: one gradient per update, the cap
-    event = [PrivacyEvent(sigma, view["sampling_rate"], steps)]
     device_tasks = [o["max_device_tasks"] for o in outputs]
-    worst = max(device_tasks)
-    charge = [PrivacyEvent(sigma, 1.0, worst)]  # a 40-digit device at B = 40: q = 1
+    return charges(float(epsilon), sigma, steps, (min(device_tasks), max(device_tasks)), plan)
+
+
+def charges(target: float, sigma: float, steps: int, device_tasks: tuple[int, int], plan: DPPlan) -> dict:
+    """The pooled view (add/remove-one as the thesis, and replace-one) and the ledger's (replace-one, PLD,
+    δ = 1e-8) for ``steps`` pooled updates and at most ``device_tasks[1]`` tasks on one 40-digit device."""
+    from fleet_protocol.accounting import ADD_OR_REMOVE, DEFAULT_DELTA, PrivacyEvent
+    from fleet_protocol.accounting import epsilon as eps_of
+
+    view = pooled(plan)
+    event = [PrivacyEvent(sigma, view["sampling_rate"], steps)]
+    charge = [PrivacyEvent(sigma, 1.0, device_tasks[1])]  # a 40-digit device at B = 40: q = 1
     return {
         "sigma": sigma,
         "pooled": {
             **view,
-            "target_epsilon": float(epsilon),
+            "target_epsilon": target,
             "steps": steps,
-            "epsilon_rdp": eps_of(event, view["delta"]),
-            "epsilon_pld": eps_of(event, view["delta"], backend="pld"),
+            "epsilon_rdp": eps_of(event, view["delta"], backend="rdp", relation=ADD_OR_REMOVE),
+            "epsilon_pld": eps_of(event, view["delta"], relation=ADD_OR_REMOVE),
+            "epsilon_replace_one": eps_of(event, view["delta"]),
         },
         "ledger": {
             "examples": 40,
             "sampling_rate": 1.0,
-            "delta": default_delta(40),
-            "steps": worst,
-            "steps_range": [min(device_tasks), worst],
-            "epsilon_rdp": eps_of(charge, default_delta(40)),
-            "epsilon_pld": eps_of(charge, default_delta(40), backend="pld"),
+            "delta": DEFAULT_DELTA,
+            "relation": "replace-one",
+            "steps": device_tasks[1],
+            "steps_range": list(device_tasks),
+            "epsilon": eps_of(charge, DEFAULT_DELTA),
         },
     }
 
@@ -251,3 +261,23 @@ def _plot(result: Result) -> Any:
 
 
 EXPERIMENT = Experiment(NAME, QUICK, FULL, run, _markdown, _plot, title="Thesis Fig. 3.11")
+
+
+def reaccount(out_dir: str = "docs/results") -> dict[str, Any]:
+    """Recompute the stored results' ε (σ and tasks per device are in them) and rewrite the files, without
+    retraining: the accountant changed in issue 27, the runs did not. ``python -c "from
+    lab.experiments.dp_staleness import reaccount; reaccount()"``."""
+    import json
+    from pathlib import Path
+
+    from lab.runner import entry, write
+
+    path = Path(out_dir) / f"{NAME}.json"
+    record = json.loads(path.read_text())
+    summary = record.pop("summary")
+    for e, a in summary["accounting"].items():
+        if a and a.get("pooled"):
+            tasks = a["ledger"]["steps_range"]
+            summary["accounting"][e] = charges(float(e), a["sigma"], a["pooled"]["steps"], tuple(tasks), FULL)
+    series = record.pop("series", None)
+    return write(entry(NAME), FULL, Result(summary, series, record), Path(out_dir), NAME)

@@ -120,27 +120,28 @@ def accounting_section(summary: dict[str, Any]) -> list[str]:
         "promise it) and treats drawing one 40-digit block as Poisson sampling at the same rate.",
         "",
         f"**Fleet's own ledger for the same σ.** The coordinator charges each device for its own "
-        f"{ledger['examples']} examples: a DP task on a 40-digit device at B = 40 samples at q = 1, "
-        f"δ = 1/40² = {ledger['delta']:.3g}, every granted task counted, no amplification from when a device "
+        f"{ledger['examples']} examples: a DP task on a 40-digit device at B = 40 samples at q = 1; "
+        f"replace-one adjacency (the device's N is public), privacy loss distributions, δ = "
+        f"{ledger['delta']:.0e}, every granted task counted, no amplification from when a device "
         "works (it is neither random nor secret). Steps = the most tasks any one device ran in that ε's "
         f"runs ({ledger['steps_range'][0]}–{ledger['steps_range'][1]} here, against T = "
         f"{pooled['steps']:,} pooled steps). This ε is much larger: it is example-level DP of 40 examples "
         "with no subsampling, so every one of a device's tasks touches every one of its examples with "
-        "noise σC against a sensitivity of C, and nothing is amplified; the pooled view charges each "
-        "update only with the 1-in-100 chance that a given digit is in it, which at small q cuts a "
-        "step's RDP cost by a factor of order q² (≈ 10⁻⁴), far more than the ~100× more steps it counts.",
+        "noise σC against a replace-one sensitivity of 2C, and nothing is amplified; the pooled view charges "
+        "each update only with the 1-in-100 chance that a given digit is in it, which at small q cuts a "
+        "step's cost by a factor of order q² (≈ 10⁻⁴), far more than the ~100× more steps it counts. "
+        "The pooled view under replace-one is shown too: the thesis's figure is add/remove-one.",
         "",
-        "| target ε (pooled) | σ | pooled ε RDP (PLD), q, T | ledger steps (min–max over runs) "
-        "| ledger ε RDP (PLD), q = 1, δ = 1/40² |",
-        "|---|---|---|---|---|",
+        "| target ε (pooled) | σ | pooled ε, add/remove-one: RDP (PLD), q, T | pooled ε, replace-one (PLD) "
+        "| ledger steps (min–max over runs) | ledger ε: replace-one, PLD, q = 1, δ = 1e-8 |",
+        "|---|---|---|---|---|---|",
     ]
     for e, a in sorted(rows.items(), key=lambda item: float(item[0])):
         po, le = a["pooled"], a["ledger"]
         lines.append(
             f"| {e} | {a['sigma']} | {po['epsilon_rdp']:.3f} ({po['epsilon_pld']:.3f}), "
-            f"{po['sampling_rate']}, {po['steps']:,} | {le['steps']} "
-            f"({le['steps_range'][0]}–{le['steps_range'][1]}) | "
-            f"{le['epsilon_rdp']:.1f} ({le['epsilon_pld']:.1f}) |"
+            f"{po['sampling_rate']}, {po['steps']:,} | {po['epsilon_replace_one']:.3f} | {le['steps']} "
+            f"({le['steps_range'][0]}–{le['steps_range'][1]}) | {le['epsilon']:.1f} |"
         )
     lines.append("")
     return lines

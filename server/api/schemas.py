@@ -77,9 +77,17 @@ class TaskIn(Input):
     )
     device_model: str | None = Field(None, max_length=120, pattern=NO_NUL)
     features: Features = Features()
-    label_counts: list[Count] = Field(max_length=10_000, description="local examples per class")
+    label_counts: list[Count] | None = Field(
+        None,
+        max_length=10_000,
+        description="local examples per class, summing to local_examples when both are given; refused when"
+        " DP is on (a DP device sends none)",
+    )
     local_examples: int | None = Field(
-        None, ge=1, le=10**9, description="the device's local dataset size N (required when DP is on)"
+        None,
+        ge=1,
+        le=10**9,
+        description="the device's local dataset size N (required when DP is on, then bucket_examples(N))",
     )
 
 
@@ -100,11 +108,19 @@ class ResultMeta(Input):
             ]
         },
     )
-    label_counts: list[Count] = Field(max_length=10_000, description="the mini-batch's examples per class")
-    loss: float
+    label_counts: list[Count] | None = Field(
+        None, max_length=10_000, description="the mini-batch's examples per class; null (required) under DP"
+    )
+    loss: float | None = Field(
+        None, description="the mini-batch's mean training loss; null (required) under DP"
+    )
     compute_time_ms: float
     energy: float | None = None
-    batch_size: int = Field(ge=1, le=MAX_COUNT, description="sum of label_counts, at most the granted size")
+    batch_size: int = Field(
+        ge=1,
+        le=MAX_COUNT,
+        description="sum of label_counts, at most the granted size; under DP the terms' expected_batch B",
+    )
     encoding: Literal["float32", "float16"] = "float32"  # of the gradient part
 
 
@@ -119,6 +135,7 @@ class ModelOut(BaseModel):
     status: str
     created_at: float
     has_dp_graph: bool = False  # GET .../graphs/dp.onnx serves its DP-SGD graph
+    dp: bool = False  # the coordinator runs DP: a device asks without label counts, with a bucketed N
 
 
 class ParamOut(BaseModel):

@@ -142,7 +142,7 @@ def _error_key(loc: tuple[Any, ...]) -> str:
         parts = ["strategy", *parts[2:]]
     elif parts[:1] == ["wrappers"] and len(parts) > 3:
         parts = parts[:2] + parts[3:]
-    return ".".join(parts)
+    return ".".join(parts) or "form"  # a rule over several settings (e.g. DP and the strategy) names none
 
 
 @router.post("/settings", include_in_schema=False)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from fleet_protocol.accounting import STATEMENT
 from server.console.charts import CHARTS
 from server.console.figures import DATASETS, Figures
 from server.console.web import Session, console_state, coordinator_of, render
@@ -189,7 +190,13 @@ async def privacy(request: Request, session: Session, page: int = Query(0, ge=0,
     devices = sorted(overview["devices"], key=lambda v: v["epsilon"], reverse=True)
     shown = devices[page * PAGE_SIZE : (page + 1) * PAGE_SIZE]
     return render(
-        request, "privacy.html", overview=overview, devices=shown, page_number=page, page_size=PAGE_SIZE
+        request,
+        "privacy.html",
+        overview=overview,
+        devices=shown,
+        page_number=page,
+        page_size=PAGE_SIZE,
+        statement=STATEMENT,
     )
 
 

@@ -36,7 +36,6 @@ from server.core.errors import (
     CoordinatorError,
     Forbidden,
     Gone,
-    InvalidInput,
     NotFound,
     TrainingFinished,
 )
@@ -53,7 +52,7 @@ from server.core.pushes import DEVICE_CHECKS, ApplyNow, Push, PushCheck, PushSin
 from server.core.run import TrainingRun, granted
 from server.core.steering import Steering
 from server.core.types import Device, PushOutcome, Rejection, Snapshot, TaskGrant, TaskRequest, TaskResult
-from server.core.validation import validate_features
+from server.core.validation import request_counts, validate_features
 
 log = logging.getLogger("fleet.server")
 ANSWERED = ("applied", "queued", "dropped")  # a task's statuses once its push was accepted
@@ -198,9 +197,7 @@ class Coordinator(Steering):
                 return Rejection("training_finished", 300.0, "training finished")
             if run.status == "paused":
                 return self._reject("paused", "training is paused", self.retry_after * 5)
-            counts = np.asarray(request.label_counts)
-            if counts.shape != (run.manifest.num_classes,) or (counts < 0).any():
-                raise InvalidInput(f"label_counts must be {run.manifest.num_classes} non-negative counts")
+            counts = request_counts(request, run.manifest.num_classes, dp=self.privacy is not None)
             validate_features(request.features)
             decision = self.profiler.batch_size(request.device.device_model, request.features)
             terms = run.strategy.terms_for(device_id=request.device.device_id, label_counts=counts)

@@ -72,7 +72,7 @@ class PushApplied:
     predicted_time_ms: float | None
     energy: float | None
     predicted_energy: float | None
-    loss: float
+    loss: float | None  # None: a DP push (no loss is sent)
     at: float
     new_version: NewVersion | None = None
     queue_id: int | None = None  # scale-out: the queued push this applies (its row goes in the same commit)

@@ -88,16 +88,18 @@ class Profiler(Protocol):
 
 @dataclass(frozen=True)
 class Arrival:
-    """A validated gradient that reached the coordinator, with what a strategy may weigh it by."""
+    """A validated gradient that reached the coordinator, with what a strategy may weigh it by. A DP
+    task's arrival has no ``label_counts`` and no ``loss`` (None): a strategy that needs them declares it
+    (``Strategy.reads``) and is refused with DP on (server/compose.py)."""
 
     task_id: str
     device_id: str
     base_version: int
     staleness: int
     gradient: np.ndarray
-    label_counts: np.ndarray
+    label_counts: np.ndarray | None
     batch_size: int
-    loss: float
+    loss: float | None
     received_at: float
 
 
@@ -121,7 +123,7 @@ class Strategy(Protocol):
         """A device enrolled."""
         ...
 
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         """Per-task terms handed out with a grant."""
         ...
 

@@ -23,12 +23,12 @@ import numpy as np
 
 from fleet_protocol.accounting import (
     ASSUMPTION,
+    DEFAULT_DELTA,
     LOCAL_SGD,
     MECHANISM,
     NORM_LAPLACE,
     PURE_ASSUMPTION,
     PrivacyEvent,
-    default_delta,
     norm_laplace_bound,
     pld_epsilon,
     rdp_epsilon,
@@ -152,7 +152,7 @@ class PrivacyLedger:
         return task_id in self._tasks
 
     def delta_for(self, local_examples: int) -> float:
-        return self.policy.delta if self.policy.delta is not None else default_delta(local_examples)
+        return self.policy.delta if self.policy.delta is not None else DEFAULT_DELTA
 
     def check_examples(self, device_id: str, local_examples: Any) -> int:
         """The device's reported local dataset size N, validated (an ``InvalidInput`` says why)."""

@@ -5,8 +5,9 @@ A push answering a live lease of the running model goes through the ``PushCheck`
 the profiler, maybe a new version); an API worker queues it for the aggregator (``Enqueue``) and
 answers ``queued``. Whatever the sink, the coordinator records the sink's event in its journal under its
 lock and keeps the answer for retries. Checks (besides the lease's expiry and the run's, which the
-coordinator always makes): a device's push gets ``DEVICE_CHECKS`` (its result fits the model, its
-gradient's norm its bound); the aggregator takes what an API worker checked (``TRUSTED``: none again).
+coordinator always makes): a device's push gets ``DEVICE_CHECKS`` (a DP push carries nothing un-noised,
+its result fits the model, its gradient's norm its bound); the aggregator takes what an API worker
+checked (``TRUSTED``: none again).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from server.core.catalog import Catalog
+from server.core.errors import InvalidInput
 from server.core.events import Event, NewVersion, PushApplied, PushQueued
 from server.core.figures import RecentFigures
 from server.core.leases import Lease
@@ -35,6 +37,7 @@ __all__ = [
     "Push",
     "PushCheck",
     "PushSink",
+    "PrivateMeta",
     "ValidGradient",
     "queued_meta",
     "queued_result",
@@ -86,7 +89,28 @@ class ValidGradient:
         )
 
 
-DEVICE_CHECKS: Sequence[PushCheck] = (ValidGradient(),)  # a push as a device sent it
+class PrivateMeta:
+    """A DP task's push carries nothing data-dependent but its noised gradient (issue 27): no loss (its
+    sensitivity is unbounded), no label counts, and the terms' expected batch B as its batch size, never
+    the Poisson-sampled one. A DP lease is one the privacy ledger bounded (``dp_bound``); its batch size
+    is the terms' B."""
+
+    def check(self, push: Push) -> None:
+        lease, result = push.lease, push.result
+        if lease.dp_bound is None:
+            return
+        if result.loss is not None:
+            raise InvalidInput("DP is on: a push may not carry a loss (it is not noised); send null")
+        if result.label_counts is not None:
+            raise InvalidInput("DP is on: a push may not carry label_counts (they are not noised); send null")
+        if result.batch_size != lease.batch_size:
+            raise InvalidInput(
+                f"DP is on: batch_size must be the terms' expected_batch {lease.batch_size}, not the sampled"
+                f" batch's size (got {result.batch_size})"
+            )
+
+
+DEVICE_CHECKS: Sequence[PushCheck] = (PrivateMeta(), ValidGradient())  # a push as a device sent it
 TRUSTED: Sequence[PushCheck] = ()  # the aggregator: an API worker ran DEVICE_CHECKS before queueing
 
 
@@ -177,8 +201,8 @@ class Enqueue:
 def queued_meta(result: TaskResult) -> dict[str, Any]:
     """What the aggregator needs of a push besides its gradient (the lease it reads from the task row)."""
     return {
-        "label_counts": [int(c) for c in result.label_counts],
-        "loss": float(result.loss),
+        "label_counts": None if result.label_counts is None else [int(c) for c in result.label_counts],
+        "loss": None if result.loss is None else float(result.loss),
         "compute_time_ms": float(result.compute_time_ms),
         "energy": None if result.energy is None else float(result.energy),
         "batch_size": int(result.batch_size),
@@ -188,8 +212,8 @@ def queued_meta(result: TaskResult) -> dict[str, Any]:
 def queued_result(meta: dict[str, Any], gradient: bytes, digest: str) -> TaskResult:
     """The result ``Enqueue`` queued, back from its row (``queued_meta`` and the gradient's bytes)."""
     return TaskResult(
-        label_counts=np.asarray(meta["label_counts"], dtype=np.int64),
-        loss=float(meta["loss"]),
+        label_counts=None if meta.get("label_counts") is None else np.asarray(meta["label_counts"], np.int64),
+        loss=None if meta.get("loss") is None else float(meta["loss"]),
         compute_time_ms=float(meta["compute_time_ms"]),
         energy=meta.get("energy"),
         batch_size=int(meta["batch_size"]),

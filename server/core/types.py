@@ -22,20 +22,22 @@ class Device:
 
 @dataclass(frozen=True)
 class TaskRequest:
-    """What a device sends when it asks for work: who it is, its state, its local label counts."""
+    """What a device sends when it asks for work: who it is, its state, its local label counts (None:
+    not sent, as under DP, where the coordinator refuses them)."""
 
     device: Device
     features: dict[str, float | None]
-    label_counts: np.ndarray
-    local_examples: int | None = None  # the device's N: DP tasks sample from it
+    label_counts: np.ndarray | None
+    local_examples: int | None = None  # the device's N (bucketed under DP): DP tasks sample from it
 
 
 @dataclass(frozen=True)
 class TaskResult:
-    """A device's answer to a task; ``digest`` identifies the exact body for idempotent retries."""
+    """A device's answer to a task; ``digest`` identifies the exact body for idempotent retries. A DP
+    task's answer has no ``label_counts`` and no ``loss`` (None): they are not noised."""
 
-    label_counts: np.ndarray
-    loss: float
+    label_counts: np.ndarray | None
+    loss: float | None
     compute_time_ms: float
     energy: float | None
     batch_size: int

@@ -9,7 +9,7 @@ import numpy as np
 
 from fleet_protocol import Manifest
 from server.core.errors import InvalidInput
-from server.core.types import TaskResult
+from server.core.types import TaskRequest, TaskResult
 
 
 def validate_features(features: Mapping[str, float | None]) -> None:
@@ -20,12 +20,32 @@ def validate_features(features: Mapping[str, float | None]) -> None:
             raise InvalidInput(f"feature {name!r} must be a finite number or null, got {value!r}")
 
 
+def request_counts(request: TaskRequest, num_classes: int, *, dp: bool) -> np.ndarray | None:
+    """The request's label counts, checked (None: not sent). Refused under DP: a count that rises by one
+    between two requests reveals an example's label, and nothing noises them. Otherwise ``num_classes``
+    non-negative counts that sum to ``local_examples`` when the device reports it too. Raises InvalidInput."""
+    if request.label_counts is None:
+        return None
+    if dp:
+        raise InvalidInput(
+            "DP is on: a task request may not carry label_counts (they would reveal the labels of the"
+            " device's examples); send local_examples (bucketed) only"
+        )
+    counts = np.asarray(request.label_counts)
+    if counts.shape != (num_classes,) or (counts < 0).any():
+        raise InvalidInput(f"label_counts must be {num_classes} non-negative counts")
+    examples = request.local_examples
+    if examples is not None and int(counts.sum()) != examples:
+        raise InvalidInput(f"label_counts sum to {int(counts.sum())}, not to local_examples ({examples})")
+    return counts
+
+
 def validate_result(
     manifest: Manifest, result: TaskResult, *, max_gradient_norm: float, granted_batch_size: int | None = None
 ) -> None:
     """Shape, finiteness and norm of the gradient; consistency of the metadata. Raises InvalidInput.
 
-    The label counts must sum to the reported batch size, and that size may not exceed the granted one:
+    The label counts (when sent) must sum to the reported batch size, which may not exceed the granted one:
     I-Prof learns the device's speed from (batch size, time), so a wrong size would teach it a lie."""
     gradient = result.gradient
     if gradient.shape != (manifest.num_params,):
@@ -36,15 +56,18 @@ def validate_result(
     if norm > max_gradient_norm:
         raise InvalidInput(f"gradient norm {norm:.3g} exceeds the bound {max_gradient_norm:.3g}")
     counts = result.label_counts
-    if counts.shape != (manifest.num_classes,) or (counts < 0).any():
+    if result.batch_size < 1:
+        raise InvalidInput("batch_size must be >= 1")
+    if counts is not None and (counts.shape != (manifest.num_classes,) or (counts < 0).any()):
         raise InvalidInput(f"label_counts must be {manifest.num_classes} non-negative counts")
-    if result.batch_size < 1 or int(counts.sum()) != result.batch_size:
+    if counts is not None and int(counts.sum()) != result.batch_size:
         raise InvalidInput("label_counts must sum to batch_size (>= 1)")
     if granted_batch_size is not None and result.batch_size > granted_batch_size:
         raise InvalidInput(
             f"batch_size {result.batch_size} exceeds the granted batch size {granted_batch_size}"
         )
-    if not np.isfinite(result.loss) or not np.isfinite(result.compute_time_ms) or result.compute_time_ms < 0:
+    loss_ok = result.loss is None or np.isfinite(result.loss)
+    if not loss_ok or not np.isfinite(result.compute_time_ms) or result.compute_time_ms < 0:
         raise InvalidInput("loss and compute_time_ms must be finite (time >= 0)")
     if result.energy is not None and (not np.isfinite(result.energy) or result.energy < 0):
         raise InvalidInput("energy must be finite and >= 0")

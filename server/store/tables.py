@@ -85,7 +85,7 @@ class MeasurementRow(Base):
     predicted_time_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     energy: Mapped[float | None] = mapped_column(Float, nullable=True)
     predicted_energy: Mapped[float | None] = mapped_column(Float, nullable=True)
-    loss: Mapped[float] = mapped_column(Float)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)  # NULL: a DP push sends no loss
     at: Mapped[float] = mapped_column(Float)
 
 

@@ -8,6 +8,7 @@ whose ``name`` is a ``Literal`` of its name, and one line here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Union
 
 from pydantic import Field
@@ -68,6 +69,45 @@ def make_strategy(name: str | StrategySettings, **params: Any) -> Strategy:
     return cls(**params)
 
 
+def wrap(strategy: Strategy, wrappers: Sequence[WrapperSettings]) -> Strategy:
+    """``strategy`` inside each configured wrapper, the first one innermost (server/compose.py's order)."""
+    for config in wrappers:
+        strategy = WRAPPERS[config.name](strategy, **config.kwargs())
+    return strategy
+
+
+def layers(strategy: Strategy) -> Iterator[tuple[str, Strategy]]:
+    """Each wrapper of ``strategy``, outermost first, then the strategy it wraps, with how to name it
+    ("wrapper loss-guard", "strategy adasgd"; a named composition such as dynsgd-clip is a strategy)."""
+    while True:
+        settings = type(strategy).settings
+        if isinstance(strategy, StrategyWrapper) and issubclass(settings, WrapperSettings):
+            yield f"wrapper {settings.model_fields['name'].default}", strategy
+        else:
+            yield f"strategy {strategy.name}", strategy
+        if not isinstance(strategy, StrategyWrapper):
+            return
+        strategy = strategy.inner
+
+
+def dp_refusal(strategy: Strategy, *, similarity_drop: float = 0.0) -> str | None:
+    """Why ``strategy`` (wrappers included) cannot run with DP on, or None: it reads a field a DP device
+    does not send (``Strategy.reads``: the loss, the label counts), or the controller's admission by
+    similarity (``similarity_drop``) would read the label counts."""
+    problems = [
+        f"{name} reads {field}" for name, layer in layers(strategy) for field in sorted(layer.reads())
+    ]
+    if similarity_drop > 0:
+        problems.append("admission by similarity (similarity_drop > 0) reads label_counts")
+    if not problems:
+        return None
+    return (
+        "DP is on, but " + "; ".join(problems) + ": a DP device sends no loss and no label counts (they are"
+        " not noised). Choose a strategy and wrappers that do not need them (adasgd: boost_scope none;"
+        " wkafl: wkafl_loss_threshold 0), or turn DP off"
+    )
+
+
 def default_strategy() -> tuple[str, float]:
     """Fleet's default strategy and its own rate: what a deployment that sets nothing runs (the
     declared default, not the environment's FLEET_STRATEGY)."""
@@ -94,6 +134,8 @@ __all__ = [
     "SSGD",
     "STRATEGIES",
     "default_strategy",
+    "dp_refusal",
+    "layers",
     "settings_union",
     "Strategy",
     "StrategySettings",
@@ -106,4 +148,5 @@ __all__ = [
     "WRAPPERS",
     "WrapperSettings",
     "make_strategy",
+    "wrap",
 ]

@@ -124,14 +124,20 @@ class AdaSGD(Strategy):
         effective = min(tau, thres) if self.staleness_cap else tau
         return exp_dampening(effective, adasgd_beta(thres))
 
-    def similarity(self, label_counts: np.ndarray) -> float | None:
-        """BC between these labels and the global distribution; None before any gradient arrived."""
-        if self.label_totals is None or self.label_totals.sum() <= 0:
+    def similarity(self, label_counts: np.ndarray | None) -> float | None:
+        """BC between these labels and the global distribution; None before any gradient arrived, or
+        without labels (a DP device sends none)."""
+        if label_counts is None or self.label_totals is None or self.label_totals.sum() <= 0:
             return None
         return bhattacharyya(label_counts, self.label_totals)
 
     # -- hooks ---------------------------------------------------------------------------------
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def reads(self) -> frozenset[str]:
+        """The label counts, for the similarity boost; none with ``boost_scope="none"`` (the dampening
+        alone, the mode that runs with DP on: the grants' similarity is then None too)."""
+        return frozenset({"label_counts"}) if self.boost_scope != "none" else frozenset()
+
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         return TaskTerms(similarity=self.similarity(label_counts))
 
     def weigh(self, arrival: Arrival) -> float:
@@ -159,7 +165,9 @@ class AdaSGD(Strategy):
         self._count_labels(arrival.label_counts, weight)
         return weight
 
-    def _count_labels(self, counts: np.ndarray, weight: float) -> None:
+    def _count_labels(self, counts: np.ndarray | None, weight: float) -> None:
+        if counts is None:  # a DP push sends no labels
+            return
         counts = np.asarray(counts, dtype=np.float64)
         if self.label_totals is None:
             self.label_totals = np.zeros_like(counts)

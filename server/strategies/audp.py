@@ -105,7 +105,7 @@ class AUDP(Strategy):
             "noise": self.sampler,
         }
 
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         return TaskTerms(extra={"dp": self.dp_terms()})
 
     def delta_b(self, d: int | None = None) -> float:

@@ -78,10 +78,17 @@ class Strategy(StrategyPort):
         self.updates = 0
 
     # -- hooks ---------------------------------------------------------------------------------
+    def reads(self) -> frozenset[str]:
+        """What this strategy itself reads of a task request or an arrival beyond the gradient, staleness
+        and batch size: ``"loss"``, ``"label_counts"``. A DP device sends neither (they are not noised), so
+        the settings refuse DP with a strategy or wrapper that reads one (``server.strategies.dp_refusal``);
+        a wrapper declares its own and ``dp_refusal`` walks the strategies it wraps."""
+        return frozenset()
+
     def on_register(self, device_id: str) -> None:  # noqa: B027 - an optional hook, not abstract
         """A device enrolled (strategies with per-device state override this)."""
 
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         """Per-task terms handed out with a grant."""
         return TaskTerms()
 

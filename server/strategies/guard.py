@@ -5,7 +5,8 @@ Devices report the loss of every gradient they compute. The guard keeps a short 
 of those losses and the lowest value that average has reached; when the average rises above
 ``spike`` × that low, the rate is halved (down to ``floor`` of its value) and the low is reset to the
 current average, and no further halving happens for ``cooldown`` gradients. A rate that never makes
-the loss climb is never touched, so a well-set rate runs at full speed.
+the loss climb is never touched, so a well-set rate runs at full speed. A DP device sends no loss, so
+the guard is refused with DP on (``reads``).
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ class LossGuard(StrategyWrapper):
         self.last_halving = -cooldown
         self.halvings = 0
 
+    def reads(self) -> frozenset[str]:
+        return frozenset({"loss"})
+
     def receive(self, arrival: Arrival) -> float:
         self.seen += 1
-        loss = float(arrival.loss)
+        loss = math.nan if arrival.loss is None else float(arrival.loss)  # None: a DP push sent none
         if math.isfinite(loss):
             alpha = 2.0 / (self.span + 1)
             self.loss_average = (

@@ -31,7 +31,7 @@ class Tag:
 
     staleness: int
     batch_size: int
-    loss: float
+    loss: float | None  # None: the push sent no loss (DP)
 
 
 class KAsync(Strategy):
@@ -45,7 +45,8 @@ class KAsync(Strategy):
 
     def receive(self, arrival: Arrival) -> float:
         weight = super().receive(arrival)
-        self.tags.append(Tag(arrival.staleness, arrival.batch_size, float(arrival.loss)))
+        loss = None if arrival.loss is None else float(arrival.loss)
+        self.tags.append(Tag(arrival.staleness, arrival.batch_size, loss))
         return weight
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
@@ -58,7 +59,9 @@ class KAsync(Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.tags = [Tag(int(s), int(b), float(loss)) for s, b, loss in state.get("tags", [])]
+        self.tags = [
+            Tag(int(s), int(b), None if loss is None else float(loss)) for s, b, loss in state.get("tags", [])
+        ]
 
     def normalised(self) -> np.ndarray:
         """The buffered weights over their sum (float64); all on the least stale if every one underflowed."""

@@ -131,7 +131,7 @@ class VanDijk(Strategy):
     def on_register(self, device_id: str) -> None:
         self.rounds.setdefault(device_id, 0)
 
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         self.on_register(device_id)
         i = self.rounds[device_id]
         terms = {

@@ -17,7 +17,8 @@ Decisions on §6.6:
   computed as exp(β·(sim − max sim)), the same p after normalising. sim = 0 for a zero vector. The stage-2
   clip is applied after the similarities are taken (cosine is scale-invariant, so the order is moot).
 * Nothing consistent (4): if no gradient reaches sim_min, the estimate ḡ is applied (the code), not skipped.
-* Privacy (5): WKAFL reads each device's plaintext loss; it takes no DP terms and is not meant for FLEET_DP.
+* Privacy (5): WKAFL reads each device's plaintext loss for the switch by loss, which a DP device does not
+  send: with FLEET_DP the settings refuse it unless the switch is by update count only (threshold 0).
 * Stability (6) and Alg. 4's D_min/D_max (9) are the experiment's (experiments/wkafl.py); (7, 8) concern the
   paper's tables only.
 * Quorum (10): late gradients are reused, never dropped: every arrival enters the next step's K (kasync.py).
@@ -134,12 +135,19 @@ class WKAFL(KAsync):
         self.previous: np.ndarray | None = None  # m: the previous estimate ḡ (or applied g)
         self.last: dict[str, Any] = {}
 
+    def reads(self) -> frozenset[str]:
+        """The loss, for the stage switch; none with the switch by loss off (``wkafl_loss_threshold`` 0 or
+        None: by update count only), the mode that runs with DP on."""
+        return frozenset({"loss"}) if self.loss_threshold else frozenset()
+
     def weigh(self, arrival: Arrival) -> float:
         return staleness_weight(arrival.staleness)
 
-    def switch(self, losses: list[float]) -> None:
-        """Stage 2 (sticky) once the K devices' mean loss is ≤ ε or the update count is reached."""
-        mean = float(np.mean(losses)) if losses else math.inf
+    def switch(self, losses: list[float | None]) -> None:
+        """Stage 2 (sticky) once the K devices' mean loss is ≤ ε or the update count is reached; a push
+        without a loss (DP) never counts towards the switch by loss."""
+        known = [loss for loss in losses if loss is not None]
+        mean = float(np.mean(known)) if known and len(known) == len(losses) else math.inf
         by_loss = bool(self.loss_threshold) and math.isfinite(mean) and mean <= (self.loss_threshold or 0.0)
         by_count = self.switch_update is not None and self.updates >= self.switch_update
         if by_loss or by_count:

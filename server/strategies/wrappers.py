@@ -71,7 +71,7 @@ class StrategyWrapper(Strategy):
     def on_register(self, device_id: str) -> None:
         self.inner.on_register(device_id)
 
-    def terms_for(self, *, device_id: str, label_counts: np.ndarray) -> TaskTerms:
+    def terms_for(self, *, device_id: str, label_counts: np.ndarray | None) -> TaskTerms:
         return self.inner.terms_for(device_id=device_id, label_counts=label_counts)
 
     def admit(self, *, device_id: str, version: int, now: float) -> str | None:

@@ -72,7 +72,8 @@ async def push_model(request: Request, coordinator: CoordinatorDep) -> ModelOut:
         bundle = await run_in_threadpool(load_checked_zip, data)
     except BundleError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid bundle: {exc}") from exc
-    return model_out(await run_in_threadpool(coordinator.add_model, bundle))
+    info = await run_in_threadpool(coordinator.add_model, bundle)
+    return model_out(info, dp=coordinator.privacy_policy is not None)
 
 
 @router.post("/training/pause", status_code=status.HTTP_204_NO_CONTENT, responses=NO_RUN)

@@ -29,23 +29,26 @@ def binary(description: str, headers: dict[str, object]) -> dict[int | str, dict
     return {200: {"description": description, "content": content, "headers": headers}}
 
 
-def model_out(info: ModelInfo) -> ModelOut:
-    return ModelOut(**{**info.__dict__, "input_shape": list(info.input_shape)})
+def model_out(info: ModelInfo, *, dp: bool = False) -> ModelOut:
+    """A model as served; ``dp``: the coordinator runs DP, so a device knows before its first task request
+    that it must send no label counts and a bucketed N (client/_dp_wire.py)."""
+    return ModelOut(**{**info.__dict__, "input_shape": list(info.input_shape), "dp": dp})
 
 
 @router.get("", response_model=list[ModelOut])
 def list_models(coordinator: CoordinatorDep) -> list[ModelOut]:
-    return [model_out(i) for i in coordinator.catalog.list()]
+    dp = coordinator.privacy_policy is not None
+    return [model_out(i, dp=dp) for i in coordinator.catalog.list()]
 
 
 @router.get("/active", response_model=ModelOut, responses={404: answer("no model is active")})
 def active_model(coordinator: CoordinatorDep) -> ModelOut:
-    return model_out(coordinator.catalog.active_info())
+    return model_out(coordinator.catalog.active_info(), dp=coordinator.privacy_policy is not None)
 
 
 @router.get("/{model_id}", response_model=ModelOut, responses=NOT_FOUND)
 def get_model(model_id: ModelId, coordinator: CoordinatorDep) -> ModelOut:
-    return model_out(coordinator.catalog.info(model_id))
+    return model_out(coordinator.catalog.info(model_id), dp=coordinator.privacy_policy is not None)
 
 
 @router.get(

@@ -57,7 +57,7 @@ async def request_task(body: TaskIn, device: LimitedDevice, request: Request) ->
     task_request = TaskRequest(
         device=device,
         features=body.features.model_dump(),
-        label_counts=np.asarray(body.label_counts, np.int64),
+        label_counts=None if body.label_counts is None else np.asarray(body.label_counts, np.int64),
         local_examples=body.local_examples,
     )
     answer = coordinator.request_task(task_request)  # memory only (the journal writes later): no thread
@@ -176,7 +176,8 @@ PUSH_FORMS: dict[str, object] = {
             "in": "header",
             "required": False,
             "description": "Required with an application/octet-stream body (ignored with multipart): the "
-            "ResultMeta as compact JSON. label_counts sums to batch_size, which is at most the granted one.",
+            "ResultMeta as compact JSON. label_counts sums to batch_size, which is at most the granted one;"
+            " under DP loss and label_counts are null and batch_size is the terms' expected_batch.",
             "schema": {
                 "type": "string",
                 "contentMediaType": "application/json",
@@ -236,7 +237,7 @@ async def push_result(task_id: TaskId, request: Request, device: AuthenticatedDe
     except WireError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"gradient: {exc}") from exc
     result = TaskResult(
-        label_counts=np.asarray(meta.label_counts, dtype=np.int64),
+        label_counts=None if meta.label_counts is None else np.asarray(meta.label_counts, dtype=np.int64),
         loss=meta.loss,
         compute_time_ms=meta.compute_time_ms,
         energy=meta.energy,
