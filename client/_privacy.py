@@ -4,8 +4,8 @@ dispatch (``private_step``) the worker calls.
 DP-SGD (``dpsgd-poisson-gaussian/1``): Poisson-subsample the local data, clip each example's gradient, add
 Gaussian noise. Norm-Laplace (``clip-normlaplace/1``, AUDP/MAPA): a fixed-size batch, per-example clipping
 to G, the mean, and noise of density ∝ exp(−ε‖η‖/ΔS); see ``norm_laplace_gradient``. Local SGD round
-(``local-sgd-round/1``, van Dijk et al.): one round of local SGD whose clipped gradients' sum is noised once
-and pushed; see ``local_sgd_round``.
+(``local-sgd-round/1``, van Dijk et al.): one round of local SGD, every step's clipped gradient noised, and
+the sum of the noised steps pushed; see ``local_sgd_round`` (why it is charged as one Gaussian event).
 
 The clipping runs in the model's ``dp_train.onnx`` (per-example gradients clipped to global L2 norm C and
 summed); this module samples, adds the noise and normalises. What leaves the device is then a Gaussian
@@ -262,13 +262,32 @@ def local_sgd_round(
     noise_multiplier: float,
     rng: np.random.Generator | None = None,
 ) -> PrivateGradient:
-    """Van Dijk et al.'s client round: U = Σ_h g_h + N(0, C²σ²I), g_h = clip(∇f(ŵ_h; ξ_h), C), ŵ −= η̄·g_h.
+    """Van Dijk et al.'s client round, noised at every step: U = Σ_h y_h over s = ``local_steps`` steps,
+    y_h = g_h + n_h, n_h ~ N(0, σ²C²I), ŵ_{h+1} = ŵ_h − η·y_h; U (a sum, not a mean) is pushed, the server
+    steps v̂ −= η̄·U, and ŵ is discarded (the next round starts from the granted model).
 
-    The examples ξ_h are a Poisson sample at q = local_steps/N, visited in random order: each example is in
-    the round at most once with probability q, so the round is one Poisson-subsampled Gaussian mechanism of
-    sensitivity C (what the ledger charges; the paper samples with replacement, §5.8.6). The sum, not a
-    mean, is pushed (the server steps v̂ −= η̄·U); the noise is added to U once, not to ŵ (ŵ is discarded:
-    the next round starts from the granted model). ``clip`` 0 (only with σ = 0) is plain local SGD."""
+    Sampling: each example joins the round independently with probability q = s/N (Poisson) and is put in
+    one of the s steps uniformly at random; g_h = Σ clip(∇f(ŵ_h; ξ), C) over the examples in step h (none:
+    g_h = 0 and the step is noise alone). So a round draws exactly s noises whatever was sampled, and each
+    example is in it at most once.
+
+    Why the ledger may charge the round as ONE Poisson-subsampled Gaussian event at (σ, q), sensitivity C,
+    under replace-one: let D, D' differ in example j and couple all other randomness (the other examples'
+    steps, the noises). With probability 1 − q, j is in no step and D, D' give the same transcript B; else
+    j is in step h (uniform), giving A_h or A'_h. As P_D = (1/s)·Σ_h [(1 − q)·B + q·A_h], joint convexity
+    of the hockey-stick divergence reduces the round to each h. Before step h the three are the same
+    mechanism; at step h, given the released prefix (hence ŵ_h), y_h is Gaussian σC about G, G + v or
+    G + v' (G: the other examples' clipped sum, ‖v‖, ‖v'‖ ≤ C: the in-cases differ by ≤ 2C); after h every
+    step is the same mechanism applied to released values (j is in no other step). That is a post-processing
+    of the ledger's pair (1 − q)N(0) + qN(v) vs (1 − q)N(0) + qN(v') (dp-accounting's REPLACE_ONE).
+    The fixed count matters: with one step per sampled example (|S| steps), the case without j has one
+    noise fewer than the cases with it, which is not that pair: on a loss whose steps undo the running sum
+    (u → u − clip(u, C)), σ = 0.5, q = 0.1, s = 16, U's exact ε(1e-8) is 9.93 against a charge of 9.71.
+    Noised once (U = Σ g_h + n, before issue 27), the later gradients depend on where j moved ŵ, and one
+    example moved U by 33C on a 1-D non-convex loss at s = 16 (tests/test_vandijk_round.py).
+
+    σ = 0 (no DP) is plain local SGD: one sampled example per step, in random order; ``clip`` 0 (only with
+    σ = 0) leaves the gradients unclipped. ``loss``: the mean over the examples visited (local only)."""
     if isinstance(local_steps, bool) or int(local_steps) != local_steps or local_steps < 1:
         raise ValueError(f"local_steps must be an integer >= 1, got {local_steps}")
     if not (math.isfinite(step_size) and step_size > 0):
@@ -284,19 +303,34 @@ def local_sgd_round(
         rng = np.random.default_rng(secrets.randbits(128))
     rate = min(1.0, local_steps / len(y_all))
     chosen = np.flatnonzero(rng.random(len(y_all)) < rate)
-    chosen = chosen[rng.permutation(len(chosen))]
+    noise = noise_multiplier * bound
+    steps = _round_steps(chosen, int(local_steps), noise > 0, rng)
     w = np.array(flat_params, dtype=np.float32, copy=True)
     total = np.zeros(w.size, dtype=np.float64)
-    losses = []
-    for i in chosen:
-        loss, g = session.clipped_sum(w, x_all[i : i + 1], y_all[i : i + 1], bound)
-        total += g
-        w -= np.float32(step_size) * g
-        losses.append(loss)
-    if noise_multiplier > 0:
-        total += rng.normal(0.0, noise_multiplier * bound, size=total.shape)
-    mean_loss = float(np.mean(losses)) if losses else math.nan
+    loss_sum = 0.0
+    for members in steps:
+        step = np.zeros(w.size, dtype=np.float64)
+        if len(members):
+            loss, g = session.clipped_sum(w, x_all[members], y_all[members], bound)
+            step += g
+            loss_sum += loss * len(members)
+        if noise > 0:
+            step += rng.normal(0.0, noise, size=w.size)
+        total += step
+        w -= np.float32(step_size) * step.astype(np.float32)
+    mean_loss = loss_sum / len(chosen) if len(chosen) else math.nan
     return PrivateGradient(loss=mean_loss, gradient=total.astype(np.float32), examples=len(chosen))
+
+
+def _round_steps(chosen: np.ndarray, steps: int, noised: bool, rng: np.random.Generator) -> list[np.ndarray]:
+    """The examples of each step of a round: with noise, ``steps`` steps, each sampled example in one drawn
+    uniformly (``local_sgd_round`` says why the count is fixed); without, one step per example in random
+    order."""
+    if not noised:
+        return [chosen[i : i + 1] for i in rng.permutation(len(chosen))]
+    slot = rng.integers(0, steps, size=len(chosen))
+    order = np.argsort(slot, kind="stable")
+    return np.split(chosen[order], np.cumsum(np.bincount(slot, minlength=steps))[:-1])
 
 
 def private_step(

@@ -40,6 +40,7 @@ EXPERIMENTS: dict[str, str] = {
     "adp2sgd": "lab.experiments.adp2sgd",
     "kardam": "lab.experiments.kardam",
     "wkafl": "lab.experiments.wkafl",
+    "privacy-audit": "lab.experiments.privacy_audit",
 }
 BENCHMARKS: dict[str, str] = {
     "performance": "lab.bench",  # gradient, throughput, memory, wire, profiler, simulator

@@ -24,6 +24,8 @@ def test_experiment_and_bench_point_to_the_lab():
     for command in (["experiment", "staleness", "--quick"], ["bench", "all"]):
         result = runner.invoke(app, command)
         assert result.exit_code == 2 and "python -m lab run" in result.output
+    audit = runner.invoke(app, ["bench", "privacy-audit"])  # issue 27: the audit's own pointer
+    assert audit.exit_code == 2 and "python -m lab run privacy-audit" in audit.output
 
 
 def test_data_prepare_writes_non_iid_shards(tmp_path):

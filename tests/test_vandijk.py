@@ -1,6 +1,6 @@
 """Van Dijk et al. (issue 16) by hand: round sizes and steps, the d-rounds-ahead wait rule, the server step
-with the message's round step, state, the device's local SGD round on the logreg graph, and the
-ledger's q_i."""
+with the message's round step, state, and the ledger's q_i. The device's round (noised at every step) is
+tests/test_vandijk_round.py's."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from client._privacy import DPGradientSession, local_sgd_round, private_step
 from fleet_protocol import LOCAL_SGD_MECHANISM, DPTerms, WireError
 from fleet_protocol.accounting import PrivacyEvent, epsilon
-from models.manifest import builtin
 from server.core.privacy import PrivacyPolicy
 from server.core.types import Rejection
 from server.settings import LIVE_SETTINGS, Settings, strategy_keys
@@ -108,58 +106,6 @@ def test_unclipped_terms_are_only_valid_without_noise():
         DPTerms.from_json({**base, "noise_multiplier": 0.0})  # no round terms
 
 
-def _logreg(n: int, seed: int = 0):
-    bundle = builtin("logreg")
-    rng = np.random.default_rng(seed)
-    x = rng.random((n, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, n)
-    return bundle, DPGradientSession(bundle.manifest, bundle.dp_onnx), x, y
-
-
-def test_without_noise_the_round_is_plain_clipped_sgd_done_by_hand():
-    bundle, session, x, y = _logreg(6)
-    clip, eta = 0.5, 0.05
-    result = local_sgd_round(
-        session, bundle.init_params, x, y, local_steps=6, step_size=eta, clip=clip, noise_multiplier=0.0,
-        rng=np.random.default_rng(1),
-    )  # fmt: skip
-    assert result.examples == 6  # q = 6/6: every example, in the generator's order
-    order = np.random.default_rng(1)
-    order.random(6)
-    perm = order.permutation(6)
-    w = bundle.init_params.astype(np.float64).copy()
-    total = np.zeros_like(w)
-    for i in perm:
-        W, b = w[:7840].reshape(10, 784), w[7840:]
-        z = W @ x[i].reshape(-1) + b
-        p = np.exp(z - z.max())
-        p /= p.sum()
-        p[y[i]] -= 1.0
-        g = np.concatenate([np.outer(p, x[i].reshape(-1)).ravel(), p])
-        g *= min(1.0, clip / np.linalg.norm(g))
-        total += g
-        w -= eta * g
-    np.testing.assert_allclose(result.gradient, total, rtol=1e-4, atol=1e-5)
-
-
-def test_the_noise_is_added_once_per_round_with_std_sigma_c():
-    bundle, session, x, y = _logreg(4)
-    zero = np.zeros(bundle.manifest.num_params, np.float32)
-    sigma, clip = 3.0, 0.2
-    noiseless = local_sgd_round(
-        session, zero, x, y, local_steps=4, step_size=0.1, clip=clip, noise_multiplier=0.0,
-        rng=np.random.default_rng(5),
-    ).gradient  # fmt: skip
-    terms = DPTerms.from_json(
-        {"mechanism": LOCAL_SGD_MECHANISM, "clip": clip, "noise_multiplier": sigma, "sampling_rate": 1.0,
-         "expected_batch": 4, "round": 0, "local_steps": 4, "step_size": 0.1}
-    )  # fmt: skip
-    noised = private_step(terms, session, zero, x, y, rng=np.random.default_rng(5)).gradient
-    noise = noised.astype(np.float64) - noiseless
-    assert noise.std() == pytest.approx(sigma * clip, rel=0.05) and abs(noise.mean()) < 0.02
-    assert np.linalg.norm(noiseless) <= 4 * clip * (1 + 1e-5)
-
-
 def test_the_ledger_charges_each_round_at_its_own_sampling_rate():
     store = MemoryStore()
     policy = PrivacyPolicy(clip=1.0, noise_multiplier=1.1, epsilon_budget=None)
@@ -179,7 +125,8 @@ def test_the_ledger_charges_each_round_at_its_own_sampling_rate():
         rng = np.random.default_rng(i)
         u = rng.normal(size=(grant.batch_size, n))
         u /= np.maximum(1.0, np.linalg.norm(u, axis=1, keepdims=True) / 0.1)
-        gradient = (u.sum(0) + rng.normal(0, 0.8, n)).astype(np.float32)
+        noise = rng.normal(0, 0.8 * math.sqrt(grant.batch_size), n)  # σC per step, s steps
+        gradient = (u.sum(0) + noise).astype(np.float32)
         assert push(core, device, grant, gradient, grant.batch_size).applied
     view = core.privacy.device_view(device.device_id)
     expected = epsilon([PrivacyEvent(8.0, q) for q in rates], 1 / 200**2)

@@ -213,7 +213,9 @@ class PrivacyLedger:
     ) -> dict[str, Any] | Refusal:
         """A local SGD round's terms (``step``: round, local_steps s, step_size; clip and noise_multiplier,
         None for the policy's) completed for this device: q = s/N, charged as one Poisson-subsampled
-        Gaussian step of sensitivity C at its own σ and q, or a refusal past the budget."""
+        Gaussian step of sensitivity C at its own σ and q, or a refusal past the budget. The device noises
+        every one of the round's s steps and each example is in at most one, which makes the round that
+        one event under replace-one (client/_privacy.py ``local_sgd_round`` gives the argument)."""
         steps = int(step["local_steps"])
         q = min(1.0, steps / local_examples)
         sigma = float(step.get("noise_multiplier") or self.policy.noise_multiplier)
@@ -254,13 +256,15 @@ class PrivacyLedger:
         Gaussian: (Σ clipped + noise) / B: the Poisson batch holds at most B + 8√B + 8 examples (a binomial
         tail of about 1e-15) of norm ≤ C each, and the noise's norm is at most σC(√d + 8) (a χ tail).
         Norm-Laplace (``terms``): G plus the noise radius's 1e-12 tail quantile (``norm_laplace_bound``).
-        Local SGD round: the same Gaussian bound times B (the round pushes the sum)."""
+        Local SGD round (a sum of s noised steps): C·ceil(s) for the clipped gradients plus the noise of s
+        draws, √s·σC(√d + 8)."""
         if terms is not None and terms.get("mechanism") == NORM_LAPLACE:
             scale = float(terms["sensitivity"]) / float(terms["epsilon_step"])
             return norm_laplace_bound(float(terms["clip"]), scale, num_params, str(terms["noise"]))
         if terms is not None and terms.get("mechanism") == LOCAL_SGD:  # a sum of clipped gradients, not /B
             c, sigma = float(terms["clip"]), float(terms["noise_multiplier"])
-            return c * poisson_ceiling(batch_size) + sigma * c * (math.sqrt(num_params) + 8)
+            noise = sigma * c * math.sqrt(batch_size) * (math.sqrt(num_params) + 8)
+            return c * poisson_ceiling(batch_size) + noise
         c, sigma, b = self.policy.clip, self.policy.noise_multiplier, batch_size
         return (c * poisson_ceiling(b) + sigma * c * (math.sqrt(num_params) + 8)) / b
 

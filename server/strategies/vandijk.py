@@ -1,11 +1,12 @@
 """Van Dijk et al., "Asynchronous FL with reduced number of rounds and with DP from less aggregated Gaussian
 noise" (docs seed-algorithms.md §5): each device runs rounds of local SGD of growing size s_i and pushes the
-round's (clipped, once-noised) gradient sum U; the server applies it at once, v̂ −= η̄_i·U, with the round's
+round's sum U of clipped, noised steps; the server applies it at once, v̂ −= η̄_i·U, with the round's
 diminishing step. Growing rounds mean fewer rounds for the same gradients, so less aggregated noise.
 
 The device's side is ``local-sgd-round/1`` (client/_privacy.py ``local_sgd_round``). Decisions (§5.8):
-1. Noise sign: the device adds n to U only and discards its local model after the round, so client and server
-   never disagree by 2η̄n (the server's v̂ −= η̄(Σg + n) is the only place the noise enters a model).
+1. Noise: every step is noised, ŵ −= η̄(g_h + n_h), n_h ~ N(0, σ²C²), and U = Σ_h (g_h + n_h) over exactly
+   s_i steps (issue 27: noised once, one example could move U by (2s+1)C). The device discards ŵ after the
+   round, so the server's v̂ −= η̄·U is the only place U enters the shared model.
 2-3. Schedules: ``linear`` s_i = b + ⌈a·i⌉ (Example 3: a = 1.3216, b = 16), ``ilogi`` s_i = b + ⌈a·z/ln z⌉
    with z = i + 2 (i/ln i is undefined at i ≤ 1), ``constant`` s_i = b. No built-in stop rule: the run (or
    the experiment) stops after K gradients or T rounds, whichever its operator sets.
@@ -13,8 +14,10 @@ The device's side is ``local-sgd-round/1`` (client/_privacy.py ``local_sgd_round
    fewest rounds any known device has completed (the barrier); d = 0 is lock-step, d = 1 the paper's choice.
 5. Sizes are per device (s_{i,c} = s_i, Table 3 and Example 3's reading): 50 × 80 rounds × 5 clients =
    20,000. Equal shares p_c = 1/n of an all-client s_i are a = a_all/n, b = b_all/n.
-6. Sampling: the device Poisson-samples at q_i = s_{i,c}/N_c (not with replacement), so the ledger charges
-   the round as one Poisson-subsampled Gaussian step of sensitivity C at σ and its own q_i, exactly as run.
+6. Sampling: the device Poisson-samples at q_i = s_{i,c}/N_c (not with replacement) and puts each sampled
+   example in one of the s_i steps at random, so each example is in a round at most once and the round is
+   one Poisson-subsampled Gaussian event of sensitivity C at σ and its own q_i under replace-one (the
+   argument is ``local_sgd_round``'s docstring): the ledger charges it like a DP-SGD step.
 7. Step: η̄_i = η0/(1 + β·t_i) (``linear``, strongly convex) or η0/(1 + β·√t_i) (``sqrt``), t_i = Σ_{j<i} s_j
    counted per device (the paper's all-client count is n·t_i: absorbed in β). β = 0 is a constant step.
 8. DP is per device (the ledger keeps each device's ε over its own data; the server is trusted only to run
@@ -59,7 +62,7 @@ class VanDijkSettings(StrategySettings):
     )
     vandijk_delay_rounds: int = Field(1, ge=0, description="d: a device may run at most d rounds ahead")
     vandijk_noise_multiplier: float | None = Field(
-        None, gt=0, description="σ per round; unset: the DP policy's (FLEET_DP_NOISE_MULTIPLIER)"
+        None, gt=0, description="σ of each step's noise; unset: the DP policy's (FLEET_DP_NOISE_MULTIPLIER)"
     )
     vandijk_clip: float | None = Field(
         None, gt=0, description="C per example; unset: the DP policy's (unclipped without DP)"
