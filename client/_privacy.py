@@ -16,7 +16,6 @@ with Poisson subsampling at rate q: exactly what the server's accountant assumes
 from __future__ import annotations
 
 import math
-import secrets
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -32,6 +31,7 @@ from fleet_protocol import (
 )
 
 from ._onnx_session import flat_gradient, training_feeds
+from ._random import secure_generator
 
 __all__ = [
     "ClippedGradientComputer",
@@ -162,8 +162,8 @@ def private_gradient(
     The divisor is ``expected_batch`` B, not the realised |S|: dividing by |S| would make the output depend
     on whether one example is present in a way the noise does not cover; with a fixed B, adding or removing
     one example moves the noiseless sum by at most C, so the sensitivity is C/B and the noise σC/B.
-    ``rng`` draws both the sample and the noise; leave it None outside tests: a fresh generator seeded from
-    the OS's secure randomness is made on every call, so no two steps (or devices) ever share noise.
+    ``rng`` draws both the sample and the noise; leave it None outside tests: a fresh ChaCha20 generator
+    keyed from the OS's secure randomness (``secure_generator``) is made on every call.
     """
     clip = _check_clip(clip)
     if not (math.isfinite(noise_multiplier) and noise_multiplier >= 0):
@@ -173,7 +173,7 @@ def private_gradient(
     if len(y_all) == 0 or len(x_all) != len(y_all):
         raise ValueError(f"need matching, non-empty x and y, got {len(x_all)} and {len(y_all)} examples")
     if rng is None:
-        rng = np.random.default_rng(secrets.randbits(128))
+        rng = secure_generator()
     rate = min(1.0, expected_batch / len(y_all)) if sampling_rate is None else float(sampling_rate)
     x, y = poisson_sample(_Arrays(x_all, y_all), rate, rng)
     loss, summed = session.clipped_sum(flat_params, x, y, clip)
@@ -239,7 +239,7 @@ def norm_laplace_gradient(
     if len(y_all) == 0 or len(x_all) != len(y_all):
         raise ValueError(f"need matching, non-empty x and y, got {len(x_all)} and {len(y_all)} examples")
     if rng is None:
-        rng = np.random.default_rng(secrets.randbits(128))
+        rng = secure_generator()
     index = draw_batch(len(y_all), batch, rng, replacement=replacement)
     loss, summed = session.clipped_sum(flat_params, x_all[index], y_all[index], clip)
     eta = norm_laplace_noise(summed.size, sensitivity / epsilon, rng, noise)
@@ -300,7 +300,7 @@ def local_sgd_round(
     if len(y_all) == 0 or len(x_all) != len(y_all):
         raise ValueError(f"need matching, non-empty x and y, got {len(x_all)} and {len(y_all)} examples")
     if rng is None:
-        rng = np.random.default_rng(secrets.randbits(128))
+        rng = secure_generator()
     rate = min(1.0, local_steps / len(y_all))
     chosen = np.flatnonzero(rng.random(len(y_all)) < rate)
     noise = noise_multiplier * bound
