@@ -58,6 +58,8 @@ def serve(
         from server.settings import Settings
 
         raise typer.Exit(run_aggregator(Settings()))
+    if workers > 1:
+        _one_ledger(workers)
     uvicorn.run(
         "server.api.app:create_app",
         factory=True,
@@ -68,6 +70,20 @@ def serve(
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
     )
+
+
+def _one_ledger(workers: int) -> None:
+    """Refuse several API processes with DP on: each would keep its own privacy ledger and charge a device
+    only for the tasks it granted itself (issue 27, finding 11)."""
+    from server.settings import Settings
+
+    if Settings().dp:
+        typer.echo(
+            f"error: FLEET_DP is on, and {workers} API worker processes would each keep their own privacy"
+            " ledger (a device's ε would be split between them): run one (--workers 1)",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 @admin_app.command("create-user")

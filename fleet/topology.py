@@ -109,6 +109,12 @@ class Topology:
     """API workers + aggregator + Redis on ``database_url`` (PostgreSQL)."""
 
     def __init__(self, workdir: Path, database_url: str, *, workers: int = 2, **settings: object) -> None:
+        dp = settings.get("dp", os.environ.get("FLEET_DP", ""))
+        if str(dp).strip().lower() in ("1", "true", "yes", "on"):  # pydantic's true values
+            raise ValueError(
+                "DP is on: the scale-out's API workers would each keep their own privacy ledger; run one"
+                " process (FLEET_ROLE=all) with DP"
+            )
         self.redis = RedisProcess(workdir / "redis")
         self.workers, self.workdir = workers, workdir
         self.settings = {"database_url": database_url, "aggregator_lease_seconds": 2.0, **settings}

@@ -12,10 +12,13 @@ RDP under add/remove-one is kept for comparisons with the literature only.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +36,7 @@ __all__ = [
     "REPLACE_ONE",
     "bucket_examples",
     "epsilon",
+    "keep_compositions",
     "norm_laplace_bound",
     "norm_laplace_second_moment",
     "pld_epsilon",
@@ -50,7 +54,8 @@ ADD_OR_REMOVE = "add-or-remove-one"  # the literature's usual relation (N secret
 REPLACE_ONE = "replace-one"  # N public (bucketed): one example's content, label included, is protected
 RELATION = REPLACE_ONE  # what the ledger charges
 DEFAULT_DELTA = 1e-8  # fixed, not 1/N²: a grant is refused when δ ≥ 1/N (issue 27)
-PLD_INTERVAL = 1e-3  # PLD value discretisation: ~0.1 s per ε, pessimistic (an upper bound)
+PLD_INTERVAL = 1e-3  # PLD value discretisation: pessimistic (an upper bound)
+PLD_STEPS = 128  # one-step PLDs kept by (σ, q): up to ~0.3 MB each
 
 PURE_ASSUMPTION = (
     "A norm-Laplace step (AUDP/MAPA) is ε-DP (pure) per step under replace-one adjacency: b distinct "
@@ -177,20 +182,83 @@ def epsilon(
 
 
 def pld_epsilon(events: Iterable[PrivacyEvent], delta: float, *, relation: str = RELATION) -> float:
-    """ε at δ with privacy loss distributions (pessimistic: an upper bound), ~0.1 s per call, cached."""
+    """ε at δ with privacy loss distributions (pessimistic: an upper bound), cached on the composition.
+
+    Steps of the same (σ, q) are merged first, so a ledger's projection (its history plus one step) and the
+    history it becomes once charged are one cache entry. A composition one step past a recent one is that
+    one's PLD composed with the step's (a few ms: ``_pld_of``), not rebuilt from scratch."""
     _check_delta(delta)
-    key = tuple(sorted((e.noise_multiplier, e.sampling_rate, e.count) for e in events if e.count))
+    counts: dict[tuple[float, float], int] = {}
+    for e in events:
+        if e.count:
+            counts[(e.noise_multiplier, e.sampling_rate)] = (
+                counts.get((e.noise_multiplier, e.sampling_rate), 0) + e.count
+            )
+    key = tuple(sorted((s, q, n) for (s, q), n in counts.items()))
     return _pld_epsilon(key, delta, relation) if key else 0.0
 
 
 @lru_cache(maxsize=8192)
 def _pld_epsilon(key: tuple[tuple[float, float, int], ...], delta: float, relation: str) -> float:
-    import dp_accounting
-    from dp_accounting.pld import PLDAccountant
+    return float(_pld_of(key, relation).get_epsilon_for_delta(delta))
 
-    accountant = PLDAccountant(_relation(relation), value_discretization_interval=PLD_INTERVAL)
-    accountant.compose(dp_accounting.ComposedDpEvent([_dp_event(PrivacyEvent(*k)) for k in key]))
-    return float(accountant.get_epsilon(delta))
+
+@lru_cache(maxsize=PLD_STEPS)
+def _pld_step(noise_multiplier: float, sampling_rate: float, relation: str):  # noqa: ANN202 - untyped
+    """One Poisson-subsampled Gaussian step's PLD, as dp-accounting's ``PLDAccountant`` builds it (the
+    costly part, 20-90 ms: kept for the (σ, q) pairs in use)."""
+    from dp_accounting.pld import privacy_loss_distribution
+
+    PrivacyEvent(noise_multiplier, sampling_rate)  # validates σ and q
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier,
+        value_discretization_interval=PLD_INTERVAL,
+        sampling_prob=sampling_rate,
+        neighboring_relation=_relation(relation),
+    )
+
+
+_COMPOSED: OrderedDict[tuple[Any, str], Any] = OrderedDict()  # recent compositions' PLDs, LRU
+_COMPOSED_LOCK = threading.Lock()
+_KEEP = [16]  # how many: a device's own ledger needs its history and the next step's (up to ~1 MB each)
+
+
+def keep_compositions(entries: int) -> None:
+    """Keep at least ``entries`` composed PLDs (LRU, up to ~1 MB each): a server holding many devices'
+    ledgers keeps two per active device (its history and the next step's), so a grant composes one step
+    instead of rebuilding the device's whole history."""
+    with _COMPOSED_LOCK:
+        _KEEP[0] = max(_KEEP[0], int(entries))
+
+
+def _pld_of(key: tuple[tuple[float, float, int], ...], relation: str):  # noqa: ANN202 - untyped
+    """The composed PLD of ``key`` ((σ, q, count) sorted): a cached one, or a cached composition one step
+    shorter composed with that step, or every step's PLD self-composed and composed (what the accountant
+    does). dp-accounting's compositions return new objects, so cached ones are shared safely."""
+    with _COMPOSED_LOCK:
+        hit = _COMPOSED.get((key, relation))
+        if hit is not None:
+            _COMPOSED.move_to_end((key, relation))
+            return hit
+        parent = None
+        for i, (s, q, n) in enumerate(key):
+            shorter = key[:i] + (((s, q, n - 1),) if n > 1 else ()) + key[i + 1 :]
+            parent = _COMPOSED.get((shorter, relation)) if shorter else None
+            if parent is not None:
+                break
+    if parent is not None:
+        pld = parent.compose(_pld_step(s, q, relation))
+    else:
+        pld = None
+        for s, q, n in key:
+            part = _pld_step(s, q, relation)
+            part = part.self_compose(n) if n > 1 else part
+            pld = part if pld is None else pld.compose(part)
+    with _COMPOSED_LOCK:
+        _COMPOSED[(key, relation)] = pld
+        while len(_COMPOSED) > _KEEP[0]:
+            _COMPOSED.popitem(last=False)
+    return pld
 
 
 def calibrate_noise(

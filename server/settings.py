@@ -35,6 +35,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from fleet_protocol.accounting import DEFAULT_DELTA
 from profiler.defaults import TUNED_PARAMS
 from server.strategies import (
     DEFAULT_STRATEGY,
@@ -228,11 +229,9 @@ class Settings(BaseSettings):
     dp_epsilon_budget: float | None = Field(
         8.0, gt=0, allow_inf_nan=False, description="ε per device; unset: counted, not enforced"
     )
-    dp_delta: float | None = Field(
-        None, gt=0, lt=1, description="δ; unset: 1/N² for a device with N examples"
-    )
+    dp_delta: float = Field(DEFAULT_DELTA, gt=0, lt=1, description="fixed δ; no task if N ≥ 1/δ")
     dp_examples_tolerance: float = Field(
-        2.0, ge=1, allow_inf_nan=False, description="a device's N may change by this factor between tasks"
+        2.0, ge=1, allow_inf_nan=False, description="a device's N stays within this factor of its first N"
     )
 
     # protocol limits
@@ -294,7 +293,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _dp_reads(self) -> Settings:
-        """With DP on, nothing may read what a DP device does not send (the loss, the label counts)."""
+        """With DP on, nothing may read what a DP device does not send, nor use 'paper' noise (dp_refusal)."""
         strategy = wrap(make_strategy(self.strategy), self.wrappers) if self.dp else None
         if strategy is not None and (problem := dp_refusal(strategy, similarity_drop=self.similarity_drop)):
             raise ValueError(problem)

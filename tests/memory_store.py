@@ -24,6 +24,7 @@ from server.core.events import (
     ModelAdded,
     PrivacyCharged,
     PushApplied,
+    PushRefused,
     StateCheckpoint,
     StatusChanged,
     StopCriterionSet,
@@ -111,6 +112,10 @@ class MemoryStore:
             case EvaluationRecorded():
                 record = EvaluationRecord(e.version, e.accuracy, e.loss, e.at)
                 self.evaluations_.setdefault(e.model_id, []).append(record)
+            case PushRefused():
+                task = self.tasks[e.task_id]
+                if task["status"] == "open":
+                    task["digest"] = e.digest
             case LeasesExpired():
                 for task in self.tasks.values():
                     if task["status"] == "open" and task["deadline"] < e.before:

@@ -1,5 +1,5 @@
 """Pure ε steps in the privacy ledger (issue 16): AUDP/MAPA's terms replace the Gaussian policy's, each step
-is charged its ε by basic composition (on top of any Gaussian RDP ε), the budget stops the device, the
+is charged its ε by basic composition (on top of any Gaussian PLD ε), the budget stops the device, the
 charges survive a restart (memory and SQL, migration 0004), and a push's norm bound is the noise's 1e-12
 tail."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fleet_protocol.accounting import NORM_LAPLACE, PrivacyEvent, epsilon, norm_laplace_bound
+from fleet_protocol.accounting import DEFAULT_DELTA, NORM_LAPLACE, PrivacyEvent, norm_laplace_bound
 from server.core.coordinator import Coordinator
 from server.core.errors import InvalidInput
 from server.core.events import PrivacyCharged
@@ -18,7 +18,7 @@ from server.core.types import Rejection, TaskGrant
 from server.strategies import make_strategy
 from sim.harness import BatchSizer
 from tests.memory_store import MemoryStore
-from tests.test_privacy_ledger import ask, dp_core, push
+from tests.test_privacy_ledger import ask, dp_core, push, reference_epsilon
 
 
 def strategy_core(store, policy: PrivacyPolicy, name: str = "mapa", **params) -> Coordinator:
@@ -59,7 +59,7 @@ def test_strategy_terms_replace_the_gaussian_and_pure_epsilon_adds_up_to_the_bud
     assert ask(restarted, device, 200).reason == "privacy_budget_exhausted"
 
 
-def test_a_device_with_both_kinds_spends_gaussian_rdp_plus_pure_sum():
+def test_a_device_with_both_kinds_spends_gaussian_pld_plus_pure_sum():
     policy = PrivacyPolicy(clip=1.0, noise_multiplier=2.0, epsilon_budget=None)
     gaussian = [PrivacyCharged("d", f"g{i}", "m", 0.0, 2.0, 0.25, 200) for i in range(5)]
     pure = [
@@ -67,33 +67,34 @@ def test_a_device_with_both_kinds_spends_gaussian_rdp_plus_pure_sum():
         for i in range(4)
     ]
     ledger = PrivacyLedger(policy, [*gaussian, *pure])
-    delta = 1 / 200**2
-    expected = epsilon([PrivacyEvent(2.0, 0.25, 5)], delta) + 0.4
+    delta = DEFAULT_DELTA
+    expected = reference_epsilon([PrivacyEvent(2.0, 0.25, 5)], delta) + 0.4
     view = ledger.device_view("d")
-    assert view["epsilon"] == pytest.approx(expected) and view["tasks"] == 9
+    assert view["epsilon"] == pytest.approx(expected, rel=1e-6) and view["tasks"] == 9
     assert ledger.overview()["pure_mechanism"] == NORM_LAPLACE
     terms = ledger.terms("d", 200, 50)  # the next Gaussian step's projection counts the pure ε too
-    assert terms["epsilon_after"] == pytest.approx(epsilon([PrivacyEvent(2.0, 0.25, 6)], delta) + 0.4)
+    after = reference_epsilon([PrivacyEvent(2.0, 0.25, 6)], delta) + 0.4
+    assert terms["epsilon_after"] == pytest.approx(after, rel=1e-6)
 
 
 def test_the_norm_bound_of_a_pure_step_is_the_noise_tail_and_replaces_max_gradient_norm():
     store = MemoryStore()
-    core = strategy_core(store, PrivacyPolicy(), "mapa", mapa_sensitivity=10.0, dp_noise_sampler="paper")
+    core = strategy_core(store, PrivacyPolicy(), "mapa", mapa_sensitivity=10.0)
     core.max_gradient_norm = 1.0  # far below what the noise legitimately reaches
     device, _ = core.enroll("Pixel")
     n = core.run.manifest.num_params
     grant = ask(core, device, 200)
-    assert isinstance(grant, TaskGrant) and grant.dp["sensitivity"] == 10.0 and grant.dp["noise"] == "paper"
+    assert isinstance(grant, TaskGrant) and grant.dp["sensitivity"] == 10.0 and grant.dp["noise"] == "exact"
     scale = 10.0 / 0.1
-    bound = norm_laplace_bound(60.0, scale, n, "paper")
-    assert bound == pytest.approx(60.0 + stats.expon(scale=scale).isf(1e-12))
-    honest = np.full(n, 0.9 * bound / np.sqrt(n), np.float32)
+    bound = norm_laplace_bound(60.0, scale, n, "exact")
+    assert bound == pytest.approx(60.0 + stats.gamma(n, scale=scale).isf(1e-12)) and bound > n * scale
+    honest = np.full(n, 0.9999 * bound / np.sqrt(n), np.float32)
     assert push(core, device, grant, honest, 12).applied
     beyond = ask(core, device, 200)
     with pytest.raises(InvalidInput, match="exceeds the bound"):
-        push(core, device, beyond, np.full(n, 1.1 * bound / np.sqrt(n), np.float32), 12)
-    exact = norm_laplace_bound(60.0, scale, n, "exact")
-    assert exact == pytest.approx(60.0 + stats.gamma(n, scale=scale).isf(1e-12)) and exact > n * scale
+        push(core, device, beyond, np.full(n, 1.0001 * bound / np.sqrt(n), np.float32), 12)
+    paper = norm_laplace_bound(60.0, scale, n, "paper")  # the paper's sampler (DP off only)
+    assert paper == pytest.approx(60.0 + stats.expon(scale=scale).isf(1e-12))
 
 
 def test_pure_charges_round_trip_through_sql_after_migration_0004(tmp_path):

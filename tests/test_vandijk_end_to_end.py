@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleet_protocol.accounting import PrivacyEvent, epsilon
+from fleet_protocol.accounting import PrivacyEvent
 from sim.data import write_shards
 from tests.support.inprocess import InProcessServer
+from tests.test_privacy_ledger import reference_epsilon
 
 
 def test_vandijk_rounds_grow_and_each_is_charged_at_its_own_rate(tmp_path, database_url):
@@ -43,7 +44,7 @@ def test_vandijk_rounds_grow_and_each_is_charged_at_its_own_rate(tmp_path, datab
         assert [t["sampling_rate"] for t in terms] == pytest.approx([5 / n, 10 / n, 15 / n])
         steps = [0.01 / (1 + 0.01 * t**0.5) for t in (0, 5, 15)]  # η̄_i at t_i = Σ_{j<i} s_j
         assert [t["step_size"] for t in terms] == pytest.approx(steps)
-        expected = epsilon([PrivacyEvent(2.0, s / n) for s in (5, 10, 15)], terms[0]["delta"])
+        expected = reference_epsilon([PrivacyEvent(2.0, s / n) for s in (5, 10, 15)], terms[0]["delta"])
         mine = server.get("/v1/privacy/me", headers={"Authorization": f"Bearer {token}"}).json()
         assert mine["tasks"] == 3 and mine["epsilon"] == pytest.approx(expected, rel=1e-6)
         assert server.get("/v1/models/active").json()["current_version"] == 3

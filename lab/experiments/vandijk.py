@@ -228,11 +228,11 @@ def run(plan: VanDijkPlan, ctx: Context) -> Result:
 
 def _fig1b(setups: list[Setup], n_c: int, k1b: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Increasing vs constant 16 at the paper's σ = 8, and constant 16 at the σ that gives the increasing
-    schedule's ε (equal privacy: the ledger's RDP over per-round rates, δ = 1/N_c²)."""
-    from fleet_protocol.accounting import calibrate_noise
+    schedule's ε (equal privacy: the ledger's PLD, replace-one, over per-round rates, δ = DEFAULT_DELTA)."""
+    from fleet_protocol.accounting import DEFAULT_DELTA, calibrate_noise
     from server.strategies import VanDijk
 
-    delta = 1.0 / n_c**2
+    delta = DEFAULT_DELTA
     dp = dict(clip=FIG1B["clip"], gradients=k1b)
     sizes = VanDijk(vandijk_a=FIG1B["a"], vandijk_b=FIG1B["b"])
     inc_sizes = [sizes.size(i) for i in range(rounds_for(sizes, k1b / CLIENTS))]
@@ -323,15 +323,15 @@ def markdown(summary: dict, table3: list, fig1a: list, fig1b: list, quick: bool)
         "## (c) Fig. 1b: DP, increasing 16+⌈1.3216i⌉ vs constant 16 (σ = 8, C = 0.1)",
         "",
         f"N_c = {b['n_c']} (the paper: 10,000), K = {b['gradients']} gradients in total (2.5 epochs),"
-        f" δ = 1/N_c² = {b['delta']:.2e} (Fleet's default; the paper's 5.5e-8 in its own column)."
+        f" δ = {b['delta']:.2e} (Fleet's fixed default; the paper's 5.5e-8 in its own column)."
         " ε from the ledger's"
-        " accountant (fleet_protocol/accounting.py: RDP, one Poisson-subsampled Gaussian event per round"
-        " at its"
+        " accountant (fleet_protocol/accounting.py: PLD under replace-one, one Poisson-subsampled"
+        " Gaussian event per round at its"
         " own q_i = s_i/N_c). Aggregated noise √T·σ in units of C.",
         f"Seed claim: {SEED_CLAIMS['fig1b']} (target: ≤ 0.5x the rounds at equal accuracy).",
         "",
         "| run | rounds T | final accuracy | rounds to the best constant σ = 8 run's accuracy |"
-        " rounds to the best equal-ε constant run's accuracy | ε (δ = 1/N²) | ε (δ = 5.5e-8) | √T·σ |",
+        " rounds to the best equal-ε constant run's accuracy | ε (δ = 1e-8) | ε (δ = 5.5e-8) | √T·σ |",
         "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     lines += [f"| {r['label']} | {r['rounds']} | {r['final_accuracy']:.4f} |"

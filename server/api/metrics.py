@@ -35,7 +35,7 @@ class Metrics:
             registry=r,
         )
         self.epsilon_max = Gauge(
-            "fleet_privacy_epsilon_max", "Largest ε (RDP) any device has spent (DP on)", registry=r
+            "fleet_privacy_epsilon_max", "Largest ε (PLD) any device has spent (DP on)", registry=r
         )
         self.budget_exhausted = Gauge(
             "fleet_privacy_devices_exhausted", "Devices whose privacy budget is spent (DP on)", registry=r

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 
 class Input(BaseModel):
@@ -91,7 +91,7 @@ class TaskIn(Input):
         description="local examples per class, summing to local_examples when both are given; refused when"
         " DP is on (a DP device sends none)",
     )
-    local_examples: int | None = Field(
+    local_examples: StrictInt | None = Field(  # strict: "6000" and true are refused (finding 12)
         None,
         ge=1,
         le=10**9,

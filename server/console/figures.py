@@ -155,7 +155,7 @@ class Figures:
 
 
 def privacy_rows(figures: Figures, query: dict[str, str]) -> list[Row]:
-    """Each device's ε (RDP, enforced) against the budget, most spent first (DP on; else no rows)."""
+    """Each device's ε (PLD, enforced) against the budget, most spent first (DP on; else no rows)."""
     ledger = figures.coordinator.privacy
     if ledger is None:
         return []

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from fleet_protocol import Bundle
-from fleet_protocol.accounting import LOCAL_SGD
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
@@ -39,7 +38,7 @@ from server.core.errors import (
     NotFound,
     TrainingFinished,
 )
-from server.core.events import CounterBumped, Event, LeasesExpired, StateCheckpoint
+from server.core.events import CounterBumped, Event, LeasesExpired, PushRefused, StateCheckpoint
 from server.core.figures import RecentFigures
 from server.core.following import OwnState, Versions
 from server.core.journal import Journal, Ticket
@@ -109,6 +108,7 @@ class Coordinator(Steering):
         self._last_expiry = 0.0
         self.leases = LeaseBook()
         self._durable: dict[str, Ticket] = {}  # recent answers' tickets: a retry waits for durability too
+        self._charged: Ticket | None = None  # the DP grant being made: its charge's ticket (under the lock)
         self._dirty_profiles: set[str] = set()
         self.checks = tuple(checks)
         self.sink: PushSink = sink or ApplyNow(
@@ -187,6 +187,23 @@ class Coordinator(Steering):
 
     # -- tasks ---------------------------------------------------------------------------------
     def request_task(self, request: TaskRequest) -> TaskGrant | Rejection:
+        """``request_task_nowait``, returning once a DP grant's charge is durable."""
+        answer, ticket = self.request_task_nowait(request)
+        if ticket is not None:
+            ticket.wait()
+        return answer
+
+    def request_task_nowait(self, request: TaskRequest) -> tuple[TaskGrant | Rejection, Ticket | None]:
+        """The answer, and for a DP grant the ticket released once its charge is committed: the device may
+        be told only then (finding 8). Other grants ride along with the next commit (no ticket): one lost
+        in a crash only makes its device ask again. A failed commit reloads the durable state, which drops
+        the charge and the lease the device was never told of."""
+        with self._lock:
+            self._charged = None
+            answer = self._lease(request)
+            return answer, self._charged
+
+    def _lease(self, request: TaskRequest) -> TaskGrant | Rejection:
         """Size the mini-batch with the profiler, ask the controller, and lease a task."""
         with self._lock:
             run = self.run
@@ -230,12 +247,10 @@ class Coordinator(Steering):
                 predicted_energy=decision.predicted_energy,
                 deadline=now + self.lease_seconds,
             )
-            charge = None
-            if dp is not None and self.privacy is not None:
-                self.privacy.bound(lease, run.manifest.num_params, dp)
-                charge = self.privacy.charge(lease, dp, local_examples=request.local_examples, at=now)
             self.leases.add(lease)
-            self.journal.grant(granted(lease, similarity=terms.similarity, at=now, privacy=charge))
+            self._journal_grant(
+                lease, terms.similarity, now, dp, request.local_examples, run.manifest.num_params
+            )
             if now - self._last_expiry > 30:
                 self.leases.expire(now)
                 self.journal.record(LeasesExpired(before=now))
@@ -259,20 +274,32 @@ class Coordinator(Steering):
     def _dp_terms(
         self, request: TaskRequest, run: TrainingRun, batch_size: int, step: dict[str, Any] | None = None
     ) -> dict[str, Any] | Refusal | None:
-        """With DP on: the task's DP terms, or why the device may not have one (None: DP is off). A
-        strategy's own terms (``step``: AUDP/MAPA's pure-ε steps) replace the Gaussian policy's."""
+        """With DP on: the task's DP terms, or why the device may not have one (None: DP is off)."""
         if self.privacy is None:
             return None
         if not run.manifest.has_dp_graph:
             return Refusal(
                 "dp_unsupported", f"DP is on but model {run.model_id} has no per-example-clipped graph"
             )
-        examples = self.privacy.check_examples(request.device.device_id, request.local_examples)
-        if step is not None and step.get("mechanism") == LOCAL_SGD:
-            return self.privacy.round_terms(request.device.device_id, examples, step)
-        if step is not None:
-            return self.privacy.pure_terms(request.device.device_id, examples, step)
-        return self.privacy.terms(request.device.device_id, examples, batch_size)
+        return self.privacy.grant_terms(request.device.device_id, request.local_examples, batch_size, step)
+
+    def _journal_grant(
+        self,
+        lease: Lease,
+        similarity: float | None,
+        at: float,
+        dp: dict[str, Any] | None,
+        examples: Any,
+        d: int,
+    ) -> None:
+        """Journal a grant. A DP one is bounded, charged, and its ticket kept: the charge must be durable
+        before the grant is answered (``request_task_nowait``)."""
+        if dp is None or self.privacy is None:
+            self.journal.grant(granted(lease, similarity=similarity, at=at))
+            return
+        self.privacy.bound(lease, d, dp)
+        charge = self.privacy.charge(lease, dp, local_examples=examples, at=at)
+        self._charged = self.journal.record(granted(lease, similarity=similarity, at=at, privacy=charge))
 
     def _reject(self, reason: str, detail: str, retry_after: float) -> Rejection:
         self.recent.rejections[reason] = self.recent.rejections.get(reason, 0) + 1
@@ -306,6 +333,8 @@ class Coordinator(Steering):
                     outcome, ticket = PushOutcome(**lease.outcome, duplicate=True), self._durable.get(task_id)
                 else:
                     raise Conflict("this task was already answered with a different body")
+            elif lease.digest not in (None, result.digest):  # a DP push was refused: one body per task
+                raise Conflict("this DP task's push was refused; a different body for it is refused too")
             else:
                 outcome, ticket = self._apply(lease, result)
         return outcome, ticket
@@ -345,8 +374,16 @@ class Coordinator(Steering):
     def _apply(
         self, lease: Lease, result: TaskResult, *, queue_id: int | None = None
     ) -> tuple[PushOutcome, Ticket]:
-        """Check a push, hand it to the sink, journal the sink's event: under the lock."""
-        push = self._check_push(lease, result, self.clock(), queue_id)
+        """Check a push, hand it to the sink, journal the sink's event: under the lock. A refused DP push
+        leaves its digest on the open lease (and in storage): the server has seen that body, so another
+        one for the task would be a second release for one charge (finding 8)."""
+        try:
+            push = self._check_push(lease, result, self.clock(), queue_id)
+        except CoordinatorError:
+            if lease.dp_bound is not None and lease.digest is None:
+                lease.digest = result.digest
+                self.journal.record(PushRefused(lease.task_id, result.digest, self.clock()))
+            raise
         outcome, event = self.sink.accept(push)
         self.leases.answered(lease, result.digest, outcome.to_dict())
         ticket = self.journal.record(event)

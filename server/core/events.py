@@ -25,7 +25,8 @@ class PrivacyCharged:
     local_examples: int
     mechanism: str = "dpsgd-poisson-gaussian/1"  # rows written before migration 0004 are Gaussian
     epsilon: float = 0.0  # a pure step's ε (basic composition); 0 for a Gaussian step (RDP accounted)
-    norm_bound: float | None = None  # a pure step's push norm bound (its noise has no hard bound)
+    norm_bound: float | None = None  # the push's norm bound (rows before migration 0008: pure steps only)
+    norm_floor: float | None = None  # the least norm its noise gives a push (migration 0008; None: none)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,16 @@ class PushQueued:
     outcome: dict[str, Any]
     meta: dict[str, Any]
     gradient: bytes
+    at: float
+
+
+@dataclass(frozen=True)
+class PushRefused:
+    """A DP task's push was refused: its digest is kept on the still-open task, so a different body for
+    the same task is refused too (the server saw the first one; only one release is charged)."""
+
+    task_id: str
+    digest: str
     at: float
 
 
@@ -246,6 +257,7 @@ Event = (
     | PushApplied
     | PushQueued
     | PushDropped
+    | PushRefused
     | Fenced
     | StatusChanged
     | StopCriterionSet

@@ -187,6 +187,7 @@ class Lease:
     outcome: dict[str, Any] | None = None
     dp_bound: float | None = None  # a DP task's largest possible gradient norm (memory only)
     dp_bound_replaces: bool = False  # the bound replaces max_gradient_norm (a pure step's noise: memory only)
+    dp_floor: float | None = None  # a DP task's smallest plausible gradient norm: its noise's (memory only)
 
     def norm_limit(self, max_gradient_norm: float) -> float:
         """The push's norm limit: the DP bound within max_gradient_norm, or alone when it replaces it."""

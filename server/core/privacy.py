@@ -3,11 +3,15 @@
 A DP task is charged when it is granted (whether or not its gradient comes back: a lease handed out
 may be released), so the ε shown is an upper bound. A request that is refused is never charged.
 
-Two kinds of steps (issue 16): Poisson-subsampled Gaussian steps (this policy's terms, RDP-accounted) and
-pure ε-DP norm-Laplace steps whose terms a strategy supplies (AUDP/MAPA, basic composition). A device's ε
-is the RDP ε of its Gaussian steps at its δ plus the sum of its pure steps' ε, δ unchanged
-(``PURE_ASSUMPTION``); the same budget applies to it. A strategy may also supply Gaussian terms of its own
-(van Dijk et al.'s local SGD round, ``round_terms``): charged like the policy's steps, at its σ and its q.
+Two kinds of steps (issue 16): Poisson-subsampled Gaussian steps (this policy's terms) and pure ε-DP
+norm-Laplace steps whose terms a strategy supplies (AUDP/MAPA, basic composition). A device's ε is the PLD ε
+of its Gaussian steps under replace-one adjacency (fleet_protocol/accounting.py) at the policy's fixed δ,
+plus the sum of its pure steps' ε, δ unchanged (``PURE_ASSUMPTION``); the same budget applies to it. A
+strategy may also supply Gaussian terms of its own (van Dijk et al.'s local SGD round, ``round_terms``):
+charged like the policy's steps, at its σ and its q.
+
+Issue 27: δ is one setting (not 1/N²) and a grant is refused when δ ≥ 1/N; a device's N may drift only
+within ``examples_tolerance`` of the first N it was charged with (not step by step).
 """
 
 from __future__ import annotations
@@ -19,8 +23,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fleet_protocol.accounting import (
     ASSUMPTION,
     DEFAULT_DELTA,
@@ -28,24 +30,22 @@ from fleet_protocol.accounting import (
     MECHANISM,
     NORM_LAPLACE,
     PURE_ASSUMPTION,
+    RELATION,
     PrivacyEvent,
-    norm_laplace_bound,
-    pld_epsilon,
-    rdp_epsilon,
-    rdp_of,
+    epsilon,
+    keep_compositions,
 )
+from server.core.dp_bounds import gradient_bound, noise_floor, poisson_ceiling
 from server.core.errors import InvalidInput
 from server.core.events import PrivacyCharged
 from server.core.ports import Lease
 
+__all__ = ["DeviceLedger", "PrivacyLedger", "PrivacyPolicy", "Refusal", "poisson_ceiling"]
+
 MAX_LOCAL_EXAMPLES = 10**9
 PRIVACY_RETRY_AFTER = 3600.0  # a device out of budget asks again in an hour (an admin may raise the budget)
-EXAMPLES_SLACK = 16  # a small dataset may grow by this many examples between tasks whatever the factor
-
-
-def poisson_ceiling(expected_batch: int) -> int:
-    """The most examples a Poisson batch of mean B holds, but for a binomial tail of about 1e-15."""
-    return math.ceil(expected_batch + 8 * math.sqrt(expected_batch) + 8)
+COMPOSITIONS = 128  # composed PLDs kept (two per active device: ~64 devices' grants compose one step)
+PRIVATE_SAMPLERS = ("exact",)  # norm-Laplace samplers whose noise gives the stated ε ("paper" does not)
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ class PrivacyPolicy:
     clip: float = 1.0
     noise_multiplier: float = 1.1
     epsilon_budget: float | None = 8.0  # None: ε is reported, never enforced
-    delta: float | None = None  # None: 1/N² for a device holding N examples
-    examples_tolerance: float = 2.0  # N may change by at most this factor between two tasks
+    delta: float = DEFAULT_DELTA  # fixed; a device with N ≤ 1/δ examples gets no task
+    examples_tolerance: float = 2.0  # N stays within this factor of the first N charged
 
     def __post_init__(self) -> None:
         for name in ("clip", "noise_multiplier"):
@@ -67,7 +67,7 @@ class PrivacyPolicy:
             math.isfinite(self.epsilon_budget) and self.epsilon_budget > 0
         ):
             raise ValueError(f"the ε budget must be positive and finite, got {self.epsilon_budget}")
-        if self.delta is not None and not (math.isfinite(self.delta) and 0 < self.delta < 1):
+        if not (isinstance(self.delta, int | float) and math.isfinite(self.delta) and 0 < self.delta < 1):
             raise ValueError(f"δ must be in (0, 1), got {self.delta}")
         if not (math.isfinite(self.examples_tolerance) and self.examples_tolerance >= 1):
             raise ValueError(f"the local-examples tolerance must be >= 1, got {self.examples_tolerance}")
@@ -75,11 +75,11 @@ class PrivacyPolicy:
 
 @dataclass
 class DeviceLedger:
-    """One device's DP steps, grouped by (σ, q), and its RDP curve (RDP composes by adding)."""
+    """One device's DP steps, grouped by (σ, q), its pure ε, and the N it reported."""
 
-    local_examples: int | None = None
+    local_examples: int | None = None  # the last N charged
+    anchor_examples: int | None = None  # the first N charged: every later N stays within the tolerance of it
     steps: Counter[tuple[float, float]] = field(default_factory=Counter)
-    rdp: np.ndarray | None = None
     last_task_at: float | None = None
     last_rate: float | None = None
     last_sigma: float | None = None  # σ of its last Gaussian step (a strategy's round may set its own)
@@ -95,17 +95,12 @@ class DeviceLedger:
     def events(self) -> list[PrivacyEvent]:
         return [PrivacyEvent(s, q, n) for (s, q), n in sorted(self.steps.items())]
 
-    def with_step(self, noise_multiplier: float, sampling_rate: float) -> np.ndarray:
-        """The RDP curve after one more Gaussian step: RDP adds up, so only the new step is computed."""
-        step = rdp_of([PrivacyEvent(noise_multiplier, sampling_rate)])
-        return step if self.rdp is None else self.rdp + step
-
     def projected(self, noise_multiplier: float, sampling_rate: float, delta: float) -> float:
-        """The device's ε at δ if one more Gaussian step were charged."""
-        return rdp_epsilon(self.with_step(noise_multiplier, sampling_rate), delta) + self.pure_epsilon
+        """The device's ε at δ if one more Gaussian step were charged: one PLD composition (cached)."""
+        more = [*self.events(), PrivacyEvent(noise_multiplier, sampling_rate)]
+        return epsilon(more, delta) + self.pure_epsilon
 
     def add(self, noise_multiplier: float, sampling_rate: float) -> None:
-        self.rdp = self.with_step(noise_multiplier, sampling_rate)
         self.steps[(noise_multiplier, sampling_rate)] += 1
         self.last_rate, self.last_sigma, self.refused = sampling_rate, noise_multiplier, False
 
@@ -114,10 +109,9 @@ class DeviceLedger:
         self.pure_steps += 1
         self.last_pure, self.refused = epsilon, False
 
-    def spent(self, delta: float | None) -> float:
-        """RDP ε of the Gaussian steps at δ plus Σ ε of the pure ones."""
-        gaussian = rdp_epsilon(self.rdp, delta) if self.rdp is not None and delta is not None else 0.0
-        return gaussian + self.pure_epsilon
+    def spent(self, delta: float) -> float:
+        """PLD ε of the Gaussian steps at δ plus Σ ε of the pure ones."""
+        return epsilon(self.events(), delta) + self.pure_epsilon
 
 
 @dataclass(frozen=True)
@@ -131,6 +125,7 @@ class PrivacyLedger:
 
     def __init__(self, policy: PrivacyPolicy, charges: Iterable[PrivacyCharged] = ()) -> None:
         self.policy = policy
+        keep_compositions(COMPOSITIONS)
         self.devices: dict[str, DeviceLedger] = {}
         self._lock = threading.Lock()  # the API's threads read while the coordinator charges
         self._tasks: dict[str, PrivacyCharged] = {}  # by task: a lease recalled after a restart is still DP
@@ -140,6 +135,8 @@ class PrivacyLedger:
     def record(self, charge: PrivacyCharged) -> None:
         with self._lock:
             ledger = self.devices.setdefault(charge.device_id, DeviceLedger())
+            if ledger.anchor_examples is None and charge.local_examples > 0:
+                ledger.anchor_examples = charge.local_examples
             ledger.local_examples = charge.local_examples
             ledger.last_task_at = charge.at
             if charge.mechanism == NORM_LAPLACE:
@@ -151,55 +148,116 @@ class PrivacyLedger:
     def charged(self, task_id: str) -> bool:
         return task_id in self._tasks
 
-    def delta_for(self, local_examples: int) -> float:
-        return self.policy.delta if self.policy.delta is not None else DEFAULT_DELTA
-
     def check_examples(self, device_id: str, local_examples: Any) -> int:
-        """The device's reported local dataset size N, validated (an ``InvalidInput`` says why)."""
+        """The device's reported local dataset size N, validated (an ``InvalidInput`` says why): an integer
+        (not a string or a bool), in range, and within ``examples_tolerance`` of the first N this device was
+        charged with, so N cannot walk by small steps to any size (finding 14)."""
         if local_examples is None:
             raise InvalidInput("DP is on: the task request must report local_examples (the device's N)")
         if isinstance(local_examples, bool) or not isinstance(local_examples, int):
             raise InvalidInput(f"local_examples must be an integer, got {local_examples!r}")
         if not 1 <= local_examples <= MAX_LOCAL_EXAMPLES:
             raise InvalidInput(f"local_examples must be in [1, {MAX_LOCAL_EXAMPLES}], got {local_examples}")
-        before = self.devices.get(device_id, DeviceLedger()).local_examples
-        if before is not None:
+        anchor = self.devices.get(device_id, DeviceLedger()).anchor_examples
+        if anchor is not None:
             factor = self.policy.examples_tolerance
-            low, high = before / factor - EXAMPLES_SLACK, before * factor + EXAMPLES_SLACK
-            if not low <= local_examples <= high:
+            if not anchor / factor <= local_examples <= anchor * factor:
                 raise InvalidInput(
-                    f"local_examples changed from {before} to {local_examples}: more than {factor:g}x"
-                    f" (± {EXAMPLES_SLACK}) between two tasks"
+                    f"local_examples {local_examples} is more than {factor:g}x away from {anchor}, the N this"
+                    " device first reported (its N may drift only within that factor in total)"
                 )
         return local_examples
+
+    def grant_terms(
+        self, device_id: str, local_examples: Any, batch_size: int, step: dict[str, Any] | None
+    ) -> dict[str, Any] | Refusal:
+        """A DP task's terms for this device (its reported N checked first), or why it may not have one. A
+        strategy's own terms (``step``: AUDP/MAPA's pure-ε steps, van Dijk's rounds) replace the policy's."""
+        examples = self.check_examples(device_id, local_examples)
+        if step is not None and step.get("mechanism") == LOCAL_SGD:
+            return self.round_terms(device_id, examples, step)
+        if step is not None:
+            return self.pure_terms(device_id, examples, step)
+        return self.terms(device_id, examples, batch_size)
+
+    def _delta(self, local_examples: int) -> float | Refusal:
+        """The policy's δ, or a refusal when δ ≥ 1/N: δ must stay well below one example's share."""
+        delta = self.policy.delta
+        if delta * local_examples >= 1:
+            return Refusal(
+                "delta_too_large",
+                f"δ = {delta:.2e} is not below 1/N = {1 / local_examples:.2e} for N = {local_examples}:"
+                " an (ε, δ) guarantee that allows one example in N to leak protects nothing",
+            )
+        return delta
 
     def terms(self, device_id: str, local_examples: int, batch_size: int) -> dict[str, Any] | Refusal:
         """The task's DP terms, or a refusal when the task would take the device past its budget."""
         batch_size = min(batch_size, local_examples)  # a device cannot sample more than it holds
         q = batch_size / local_examples
         sigma = self.policy.noise_multiplier
-        delta = self.delta_for(local_examples)
-        ledger = self.devices.get(device_id, DeviceLedger())
-        projected = ledger.projected(sigma, q, delta)
-        refusal = self._over_budget(device_id, ledger, projected, delta)
-        if refusal is not None:
-            return refusal
+        granted = self._gaussian(device_id, local_examples, sigma, q)
+        if isinstance(granted, Refusal):
+            return granted
         return {
             "mechanism": MECHANISM,
             "clip": self.policy.clip,
             "noise_multiplier": sigma,
             "sampling_rate": q,
             "expected_batch": batch_size,
-            "delta": delta,
-            "epsilon_after": projected,
+            **granted,
         }
+
+    def round_terms(
+        self, device_id: str, local_examples: int, step: dict[str, Any]
+    ) -> dict[str, Any] | Refusal:
+        """A local SGD round's terms (``step``: round, local_steps s, step_size; clip and noise_multiplier,
+        None for the policy's) completed for this device: q = s/N, charged as one Poisson-subsampled
+        Gaussian step at its own σ and q, or a refusal. The device noises every one of the round's s steps
+        and each example is in at most one, which makes the round that one event under replace-one
+        (client/_privacy.py ``local_sgd_round`` gives the argument)."""
+        steps = int(step["local_steps"])
+        q = min(1.0, steps / local_examples)
+        sigma = float(step.get("noise_multiplier") or self.policy.noise_multiplier)
+        clip = float(step.get("clip") or self.policy.clip)
+        granted = self._gaussian(device_id, local_examples, sigma, q)
+        if isinstance(granted, Refusal):
+            return granted
+        return {
+            **step,
+            "clip": clip,
+            "noise_multiplier": sigma,
+            "sampling_rate": q,
+            "expected_batch": steps,
+            **granted,
+        }
+
+    def _gaussian(
+        self, device_id: str, local_examples: int, sigma: float, q: float
+    ) -> dict[str, Any] | Refusal:
+        """The δ and projected ε of one more Gaussian step at (σ, q) for this device, or why it may not
+        have one (δ too large for its N, or past its budget): one PLD composition."""
+        delta = self._delta(local_examples)
+        if isinstance(delta, Refusal):
+            return delta
+        ledger = self.devices.get(device_id, DeviceLedger())
+        projected = ledger.projected(sigma, q, delta)
+        refusal = self._over_budget(device_id, ledger, projected, delta)
+        return refusal or {"delta": delta, "epsilon_after": projected}
 
     def pure_terms(
         self, device_id: str, local_examples: int, step: dict[str, Any]
     ) -> dict[str, Any] | Refusal:
         """A strategy's pure-ε step terms (``step["epsilon_step"]``) completed for this device, or a refusal
-        when the step would take it past its budget (Gaussian RDP ε + Σ pure ε, at the device's δ)."""
-        delta = self.delta_for(local_examples)
+        when its noise sampler is not ε-DP, δ is too large for N, or the step would pass the budget."""
+        if step.get("noise") not in PRIVATE_SAMPLERS:
+            return Refusal(
+                "dp_sampler_not_private",
+                f"the {step.get('noise')!r} norm-Laplace sampler does not give the stated ε (DP is on)",
+            )
+        delta = self._delta(local_examples)
+        if isinstance(delta, Refusal):
+            return delta
         ledger = self.devices.get(device_id, DeviceLedger())
         projected = ledger.spent(delta) + float(step["epsilon_step"])
         refusal = self._over_budget(device_id, ledger, projected, delta)
@@ -207,34 +265,6 @@ class PrivacyLedger:
             return refusal
         q = min(1.0, int(step["expected_batch"]) / local_examples)
         return {**step, "sampling_rate": q, "delta": delta, "epsilon_after": projected}
-
-    def round_terms(
-        self, device_id: str, local_examples: int, step: dict[str, Any]
-    ) -> dict[str, Any] | Refusal:
-        """A local SGD round's terms (``step``: round, local_steps s, step_size; clip and noise_multiplier,
-        None for the policy's) completed for this device: q = s/N, charged as one Poisson-subsampled
-        Gaussian step of sensitivity C at its own σ and q, or a refusal past the budget. The device noises
-        every one of the round's s steps and each example is in at most one, which makes the round that
-        one event under replace-one (client/_privacy.py ``local_sgd_round`` gives the argument)."""
-        steps = int(step["local_steps"])
-        q = min(1.0, steps / local_examples)
-        sigma = float(step.get("noise_multiplier") or self.policy.noise_multiplier)
-        clip = float(step.get("clip") or self.policy.clip)
-        delta = self.delta_for(local_examples)
-        ledger = self.devices.get(device_id, DeviceLedger())
-        projected = ledger.projected(sigma, q, delta)
-        refusal = self._over_budget(device_id, ledger, projected, delta)
-        if refusal is not None:
-            return refusal
-        return {
-            **step,
-            "clip": clip,
-            "noise_multiplier": sigma,
-            "sampling_rate": q,
-            "expected_batch": steps,
-            "delta": delta,
-            "epsilon_after": projected,
-        }
 
     def _over_budget(
         self, device_id: str, ledger: DeviceLedger, projected: float, delta: float
@@ -251,32 +281,29 @@ class PrivacyLedger:
         )
 
     def gradient_bound(self, batch_size: int, num_params: int, terms: dict[str, Any] | None = None) -> float:
-        """The largest gradient norm a clipped, noised push can have, except with negligible probability.
+        """The largest norm a push can have but with negligible probability (server/core/dp_bounds.py)."""
+        p = self.policy
+        return gradient_bound(p.clip, p.noise_multiplier, batch_size, num_params, terms)
 
-        Gaussian: (Σ clipped + noise) / B: the Poisson batch holds at most B + 8√B + 8 examples (a binomial
-        tail of about 1e-15) of norm ≤ C each, and the noise's norm is at most σC(√d + 8) (a χ tail).
-        Norm-Laplace (``terms``): G plus the noise radius's 1e-12 tail quantile (``norm_laplace_bound``).
-        Local SGD round (a sum of s noised steps): C·ceil(s) for the clipped gradients plus the noise of s
-        draws, √s·σC(√d + 8)."""
-        if terms is not None and terms.get("mechanism") == NORM_LAPLACE:
-            scale = float(terms["sensitivity"]) / float(terms["epsilon_step"])
-            return norm_laplace_bound(float(terms["clip"]), scale, num_params, str(terms["noise"]))
-        if terms is not None and terms.get("mechanism") == LOCAL_SGD:  # a sum of clipped gradients, not /B
-            c, sigma = float(terms["clip"]), float(terms["noise_multiplier"])
-            noise = sigma * c * math.sqrt(batch_size) * (math.sqrt(num_params) + 8)
-            return c * poisson_ceiling(batch_size) + noise
-        c, sigma, b = self.policy.clip, self.policy.noise_multiplier, batch_size
-        return (c * poisson_ceiling(b) + sigma * c * (math.sqrt(num_params) + 8)) / b
+    def noise_floor(
+        self, batch_size: int, num_params: int, terms: dict[str, Any] | None = None
+    ) -> float | None:
+        """The smallest norm a noised push can have but with negligible probability (None: no floor)."""
+        p = self.policy
+        return noise_floor(p.clip, p.noise_multiplier, batch_size, num_params, terms)
 
     def bound(self, lease: Lease, num_params: int, terms: dict[str, Any] | None = None) -> None:
-        """Set a DP lease's push norm bound from its terms (at grant) or its charge (a lease recalled after
-        a restart). A pure step's bound replaces max_gradient_norm: its noise legitimately exceeds any
-        fixed bound, while a Gaussian task's bound is the smaller of the two."""
+        """Set a DP lease's push norm bound and floor from its terms (at grant) or its charge (a lease
+        recalled after a restart; charges written before migration 0008 have no floor). A pure step's
+        bound replaces max_gradient_norm: its noise legitimately exceeds any fixed bound, while a Gaussian
+        task's bound is the smaller of the two."""
         charge = self._tasks.get(lease.task_id)
-        if terms is None and charge is not None and charge.mechanism in (NORM_LAPLACE, LOCAL_SGD):
-            lease.dp_bound, lease.dp_bound_replaces = charge.norm_bound, charge.norm_bound is not None
+        if terms is None and charge is not None and charge.norm_bound is not None:
+            lease.dp_bound, lease.dp_floor = charge.norm_bound, charge.norm_floor
+            lease.dp_bound_replaces = charge.mechanism in (NORM_LAPLACE, LOCAL_SGD)
             return
         lease.dp_bound = self.gradient_bound(lease.batch_size, num_params, terms)
+        lease.dp_floor = self.noise_floor(lease.batch_size, num_params, terms)
         lease.dp_bound_replaces = terms is not None and terms.get("mechanism") in (NORM_LAPLACE, LOCAL_SGD)
 
     def charge(
@@ -299,58 +326,53 @@ class PrivacyLedger:
             local_examples=int(local_examples or 0),
             mechanism=str(terms.get("mechanism", MECHANISM)),
             epsilon=float(terms["epsilon_step"]) if pure else 0.0,
-            norm_bound=lease.dp_bound if pure or terms.get("mechanism") == LOCAL_SGD else None,
+            norm_bound=lease.dp_bound,
+            norm_floor=lease.dp_floor,
         )
         self.record(charge)
         return charge
 
-    def device_view(self, device_id: str, *, tight: bool = False) -> dict[str, Any]:
-        """A device's ledger: tasks, N, δ, ε (RDP, enforced; PLD too when ``tight``), budget left."""
+    def device_view(self, device_id: str) -> dict[str, Any]:
+        """A device's ledger: tasks, N, δ, ε (PLD under replace-one, enforced), budget left."""
         with self._lock:  # a consistent copy; the accounting runs outside the lock
             ledger = self.devices.get(device_id, DeviceLedger())
-            n, events, rdp, last = ledger.local_examples, ledger.events(), ledger.rdp, ledger.last_task_at
-            last_rate, last_sigma, refused = ledger.last_rate, ledger.last_sigma, ledger.refused
-            pure, pure_steps, last_pure = ledger.pure_epsilon, ledger.pure_steps, ledger.last_pure
-        delta = self.delta_for(n) if n is not None else self.policy.delta
-        gaussian = rdp_epsilon(rdp, delta) if rdp is not None and delta is not None else 0.0
-        spent = gaussian + pure
-        view: dict[str, Any] = {
+            copy = DeviceLedger(
+                local_examples=ledger.local_examples,
+                steps=Counter(ledger.steps),
+                last_task_at=ledger.last_task_at,
+                last_rate=ledger.last_rate,
+                last_sigma=ledger.last_sigma,
+                refused=ledger.refused,
+                pure_epsilon=ledger.pure_epsilon,
+                pure_steps=ledger.pure_steps,
+                last_pure=ledger.last_pure,
+            )
+        delta = self.policy.delta
+        spent = copy.spent(delta)
+        return {
             "device_id": device_id,
-            "tasks": sum(e.count for e in events) + pure_steps,
-            "local_examples": n,
+            "tasks": copy.tasks,
+            "local_examples": copy.local_examples,
             "delta": delta,
             "epsilon": spent,
             "epsilon_budget": self.policy.epsilon_budget,
-            "exhausted": refused
-            or self._exhausted(rdp, gaussian, pure, delta, last_rate, last_sigma, last_pure),
-            "last_task_at": last,
-            "epsilon_pure": pure,
+            "exhausted": copy.refused or self._exhausted(copy, spent, delta),
+            "last_task_at": copy.last_task_at,
+            "epsilon_pure": copy.pure_epsilon,
         }
-        if tight:
-            view["epsilon_pld"] = pld_epsilon(events, delta) if events and delta else 0.0
-        return view
 
-    def _exhausted(
-        self,
-        rdp: np.ndarray | None,
-        gaussian: float,
-        pure: float,
-        delta: float | None,
-        last_rate: float | None,
-        last_sigma: float | None,
-        last_pure: float | None,
-    ) -> bool:
+    def _exhausted(self, ledger: DeviceLedger, spent: float, delta: float) -> bool:
         """True when one more task like its last (Gaussian at its last σ and rate, or pure at its last ε)
-        would not fit its budget; ``gaussian`` + ``pure`` is the device's ε now."""
+        would not fit its budget; ``spent`` is the device's ε now."""
         budget = self.policy.epsilon_budget
-        if budget is None or delta is None:
+        if budget is None:
             return False
-        if last_pure is not None and gaussian + pure + last_pure > budget:
+        if ledger.last_pure is not None and spent + ledger.last_pure > budget:
             return True
-        if rdp is None or last_rate is None:
+        if not ledger.steps or ledger.last_rate is None:
             return False
-        more = rdp + rdp_of([PrivacyEvent(last_sigma or self.policy.noise_multiplier, last_rate)])
-        return rdp_epsilon(more, delta) + pure > budget
+        sigma = ledger.last_sigma or self.policy.noise_multiplier
+        return ledger.projected(sigma, ledger.last_rate, delta) > budget
 
     def overview(self) -> dict[str, Any]:
         """Every device's ε and the overall figure: the largest device ε (devices hold disjoint data)."""
@@ -359,7 +381,7 @@ class PrivacyLedger:
         views = [self.device_view(d) for d in device_ids]
         return {
             "mechanism": MECHANISM,
-            "accountant": "rdp (enforced); pld on request per device",
+            "accountant": f"pld ({RELATION}, pessimistic)",
             "assumption": ASSUMPTION,
             "pure_mechanism": NORM_LAPLACE,
             "pure_assumption": PURE_ASSUMPTION,

@@ -31,6 +31,7 @@ from server.core.validation import validate_result
 
 __all__ = [
     "DEVICE_CHECKS",
+    "AboveNoiseFloor",
     "TRUSTED",
     "ApplyNow",
     "Enqueue",
@@ -110,7 +111,25 @@ class PrivateMeta:
             )
 
 
-DEVICE_CHECKS: Sequence[PushCheck] = (PrivateMeta(), ValidGradient())  # a push as a device sent it
+class AboveNoiseFloor:
+    """A DP push's norm is at least what its noise alone gives (``Lease.dp_floor``, server/core/dp_bounds.py):
+    below it the push cannot have been noised as granted (an all-zero gradient, the exact clipped mean), so
+    it is refused before it touches the model (finding 15)."""
+
+    def check(self, push: Push) -> None:
+        floor = push.lease.dp_floor
+        if floor is None:
+            return
+        norm = float(np.linalg.norm(push.result.gradient))
+        if not norm >= floor:
+            raise InvalidInput(
+                f"gradient norm {norm:.3g} is below {floor:.3g}, the least the DP noise alone gives: the push"
+                " was not noised as granted"
+            )
+
+
+# a push as a device sent it
+DEVICE_CHECKS: Sequence[PushCheck] = (PrivateMeta(), ValidGradient(), AboveNoiseFloor())
 TRUSTED: Sequence[PushCheck] = ()  # the aggregator: an API worker ran DEVICE_CHECKS before queueing
 
 

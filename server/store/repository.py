@@ -218,6 +218,13 @@ def expire_tasks(*, session: Session, now: float) -> int:
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
+def refuse_push(*, session: Session, task_id: str, digest: str) -> None:
+    """Keep a refused DP push's digest on its still-open task (a different body is then refused too)."""
+    session.execute(
+        update(TaskRow).where(TaskRow.id == task_id, TaskRow.status == "open").values(digest=digest)
+    )
+
+
 def recent_tasks(*, session: Session, model_id: str, limit: int) -> list[TaskRow]:
     return list(
         session.scalars(

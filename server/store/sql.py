@@ -155,6 +155,7 @@ class SqlStore:
                     mechanism=r.mechanism,
                     epsilon=r.epsilon,
                     norm_bound=r.norm_bound,
+                    norm_floor=r.norm_floor,
                 )
                 for r in rows
             ]

@@ -201,6 +201,7 @@ class PrivacyChargeRow(Base):
     mechanism: Mapped[str] = mapped_column(String(64), server_default="dpsgd-poisson-gaussian/1")
     epsilon: Mapped[float] = mapped_column(Float, server_default="0")  # a pure (norm-Laplace) step's ε
     norm_bound: Mapped[float | None] = mapped_column(Float, nullable=True)
+    norm_floor: Mapped[float | None] = mapped_column(Float, nullable=True)  # migration 0008
 
 
 class QueuedPushRow(Base):

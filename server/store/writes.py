@@ -31,6 +31,7 @@ from server.core.events import (
     PushApplied,
     PushDropped,
     PushQueued,
+    PushRefused,
     StateCheckpoint,
     StatusChanged,
     StopCriterionSet,
@@ -330,10 +331,8 @@ def _write_one(session: Session, event: Event) -> None:
                 now=event.at,
                 install_hash=event.install_hash,
             )
-        case PushDropped():
-            queue.write_dropped(session, event)
-        case Fenced():
-            queue.check_fence(session, event)
+        case PushDropped() | PushRefused() | Fenced():
+            _write_push(session, event)
         case StateCheckpoint():
             if event.model_id is not None and event.strategy is not None:
                 repo.save_strategy_state(
@@ -342,6 +341,18 @@ def _write_one(session: Session, event: Event) -> None:
             repo.save_profiler_states(session=session, states=event.profiles, now=event.at)
         case _:
             _write_access(session, event)
+
+
+def _write_push(session: Session, event: PushDropped | PushRefused | Fenced) -> None:
+    """What happened to a push besides its answer: dropped by the aggregator, refused (a DP task keeps
+    the refused body's digest), or the aggregator's fence."""
+    match event:
+        case PushDropped():
+            queue.write_dropped(session, event)
+        case PushRefused():
+            repo.refuse_push(session=session, task_id=event.task_id, digest=event.digest)
+        case Fenced():
+            queue.check_fence(session, event)
 
 
 def _write_access(session: Session, event: Event) -> None:

@@ -91,9 +91,15 @@ def layers(strategy: Strategy) -> Iterator[tuple[str, Strategy]]:
 
 
 def dp_refusal(strategy: Strategy, *, similarity_drop: float = 0.0) -> str | None:
-    """Why ``strategy`` (wrappers included) cannot run with DP on, or None: it reads a field a DP device
-    does not send (``Strategy.reads``: the loss, the label counts), or the controller's admission by
-    similarity (``similarity_drop``) would read the label counts."""
+    """Why ``strategy`` (wrappers included) cannot run with DP on, or None: it uses the 'paper' norm-Laplace
+    sampler (not ε-DP), it reads a field a DP device does not send (``Strategy.reads``: the loss, the label
+    counts), or the controller's admission by similarity (``similarity_drop``) would read the label counts."""
+    paper = [name for name, layer in layers(strategy) if getattr(layer, "sampler", None) == "paper"]
+    if paper:  # issue 27, finding 6: its noise does not give the ε it is charged
+        return (
+            f"DP is on, but {paper[0]} uses the 'paper' noise sampler, which is not ε-DP: set"
+            " dp_noise_sampler to 'exact', or turn DP off to reproduce the paper's curves"
+        )
     problems = [
         f"{name} reads {field}" for name, layer in layers(strategy) for field in sorted(layer.reads())
     ]

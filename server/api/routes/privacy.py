@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
-from fleet_protocol.accounting import ASSUMPTION, MECHANISM, calibrate_noise
+from fleet_protocol.accounting import ASSUMPTION, MECHANISM, RELATION, calibrate_noise
 from server.api.deps import AuthenticatedDevice, CoordinatorDep
 from server.api.errors import DEVICE_AUTH, INVALID, answer
 from server.core.coordinator import Coordinator
@@ -18,14 +18,14 @@ DP_OFF = {404: answer("differential privacy is off (FLEET_DP=false)")}
 
 
 class DevicePrivacyOut(BaseModel):
-    """One device's ledger: ε is RDP's bound (enforced); ``epsilon_pld`` the tighter PLD figure."""
+    """One device's ledger: ε is the PLD bound under replace-one adjacency at the fixed δ (enforced)."""
 
     device_id: str
     tasks: int = Field(description="DP tasks granted (each counts, pushed or not)")
     local_examples: int | None = Field(description="N, the device's last reported dataset size")
-    delta: float | None
+    delta: float
     epsilon: float
-    epsilon_pld: float | None = None
+    epsilon_pure: float = Field(0.0, description="the part of ε from pure (norm-Laplace) steps: Σ ε")
     epsilon_budget: float | None
     exhausted: bool = Field(description="not even one more task fits the budget")
     last_task_at: float | None
@@ -40,7 +40,7 @@ class PrivacyOverviewOut(BaseModel):
     clip: float
     noise_multiplier: float
     epsilon_budget: float | None
-    delta: float | None = Field(description="null: 1/N² per device")
+    delta: float = Field(description="fixed for every device; a device with N ≥ 1/δ gets no task")
     epsilon_max: float = Field(description="the largest device ε: devices hold disjoint data")
     exhausted: int
     devices: list[DevicePrivacyOut]
@@ -62,20 +62,15 @@ def ledger_of(coordinator: Coordinator) -> PrivacyLedger:
 
 
 @device_router.get("/me", response_model=DevicePrivacyOut, responses={**DEVICE_AUTH, **DP_OFF, **INVALID})
-async def my_privacy(
-    device: AuthenticatedDevice,
-    coordinator: CoordinatorDep,
-    tight: bool = Query(False, description="also compute the PLD ε (slower, tighter)"),
-) -> DevicePrivacyOut:
+async def my_privacy(device: AuthenticatedDevice, coordinator: CoordinatorDep) -> DevicePrivacyOut:
     """The calling device's ε spent, its budget and the assumption the figure rests on."""
     ledger = ledger_of(coordinator)
-    view = await run_in_threadpool(ledger.device_view, device.device_id, tight=tight)
-    return DevicePrivacyOut(**view)
+    return DevicePrivacyOut(**await run_in_threadpool(ledger.device_view, device.device_id))
 
 
 @admin_router.get("", response_model=PrivacyOverviewOut, responses=DP_OFF)
 async def overview(coordinator: CoordinatorDep) -> PrivacyOverviewOut:
-    """Every device's ε (RDP), the overall figure, the budget and the stated assumption."""
+    """Every device's ε (PLD, replace-one), the overall figure, the budget and the stated assumption."""
     return PrivacyOverviewOut(**await run_in_threadpool(ledger_of(coordinator).overview))
 
 
@@ -85,17 +80,17 @@ async def overview(coordinator: CoordinatorDep) -> PrivacyOverviewOut:
     responses={**DP_OFF, 404: answer("no such device")},
 )
 async def device_privacy(device_id: str, coordinator: CoordinatorDep) -> DevicePrivacyOut:
-    """One device's ledger with both accountants (RDP, enforced, and PLD)."""
+    """One device's ledger."""
     ledger = ledger_of(coordinator)
     if device_id not in ledger.devices and coordinator.store.device(device_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no device {device_id}")
-    return DevicePrivacyOut(**await run_in_threadpool(ledger.device_view, device_id, tight=True))
+    return DevicePrivacyOut(**await run_in_threadpool(ledger.device_view, device_id))
 
 
 @admin_router.get("/calibrate", response_model=CalibrationOut, responses=INVALID)
 async def calibrate(
     epsilon: float = Query(ge=0.01, le=100, description="target ε"),
-    delta: float = Query(ge=1e-30, le=0.1, description="target δ (e.g. 1/N²)"),
+    delta: float = Query(ge=1e-30, le=0.1, description="target δ (e.g. 1e-8, the default setting)"),
     sampling_rate: float = Query(ge=1e-9, le=1, description="q = batch / N"),
     steps: int = Query(ge=1, le=10**7, description="tasks per device"),
 ) -> CalibrationOut:
@@ -113,5 +108,5 @@ async def calibrate(
         delta=delta,
         sampling_rate=sampling_rate,
         steps=steps,
-        accountant="rdp",
+        accountant=f"pld ({RELATION})",
     )

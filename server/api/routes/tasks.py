@@ -60,7 +60,9 @@ async def request_task(body: TaskIn, device: LimitedDevice, request: Request) ->
         label_counts=None if body.label_counts is None else np.asarray(body.label_counts, np.int64),
         local_examples=body.local_examples,
     )
-    answer = coordinator.request_task(task_request)  # memory only (the journal writes later): no thread
+    # memory only (the journal writes later): no thread; a DP grant waits for its charge to be committed
+    answer, ticket = coordinator.request_task_nowait(task_request)
+    await durable(ticket)
     metrics.task_seconds.observe(time.perf_counter() - started)
     if isinstance(answer, Rejection):
         metrics.tasks_rejected.labels(answer.reason).inc()
