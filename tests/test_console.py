@@ -321,7 +321,7 @@ def test_the_privacy_page_shows_each_device_epsilon_against_the_budget(console):
     codes = [client.post("/v1/tasks", json=body, headers=device).status_code for _ in range(40)]
     assert 201 in codes and codes[-1] == 503
     page = client.get("/admin/privacy").text
-    assert enrolled["device_id"] in page and "Poisson" in page and "· spent" in page
+    assert enrolled["device_id"] in page and "dpsgd-poisson-gaussian/1" in page and "· spent" in page
     rows = client.get("/admin/data/privacy.json").json()["rows"]
     assert len(rows) == 1 and rows[0][0] == enrolled["device_id"] and rows[0][4] <= 1.0 and rows[0][6] is True
     figure = client.get("/admin/charts/privacy").json()

@@ -177,7 +177,7 @@ class Layers:
     - routes: the event loop thread's CPU per asyncio step, charged to the request it serves (the
       ``ROUTE`` context variable of the step's task), so concurrent devices do not blur the routes;
     - inner layers: synchronous functions timed with the thread's CPU clock (they never yield):
-      the core's grant (``Coordinator.request_task``) and apply (``submit_nowait``, of which the
+      the core's grant (``Coordinator.request_task_nowait``) and apply (``submit_nowait``, of which the
       journal append), the push's meta parsing, gradient decoding and digest, and every Prometheus
       update (the ``Metrics`` children wrapped);
     - the journal's writer thread (build the batch, the SQL, the commit) by its own CPU clock, and what
@@ -218,7 +218,7 @@ class Layers:
 
         coordinator = self.app.state.coordinator
         journal = coordinator.journal
-        self._patch(coordinator, "request_task", "core: grant (request_task)")
+        self._patch(coordinator, "request_task_nowait", "core: grant (request_task)")
         self._patch(coordinator, "submit_nowait", "core: apply (submit_nowait)")
         self._patch(journal, "record", "journal: append (in apply)")
         self._patch(journal, "grant", "journal: append grant (in grant)")

@@ -124,6 +124,9 @@ class PrivacyLedger:
     """Hands out DP terms within each device's budget and keeps the charges (loaded from storage)."""
 
     def __init__(self, policy: PrivacyPolicy, charges: Iterable[PrivacyCharged] = ()) -> None:
+        import dp_accounting.pld  # noqa: F401 - imported here (~1 s), not under the first grant's lock
+        import scipy.stats  # noqa: F401 - the push bounds' quantiles
+
         self.policy = policy
         keep_compositions(COMPOSITIONS)
         self.devices: dict[str, DeviceLedger] = {}
