@@ -70,18 +70,19 @@ def test_a_dp_device_reports_its_bucketed_n_and_no_labels():
 # -- findings 1 and 15: the loss in every DP push, a batch size other than B --------------------------------
 def test_a_dp_push_with_a_loss_label_counts_or_the_sampled_batch_size_is_refused(dp_api):
     device = dp_api.enroll()
-    grant = dp_ask(dp_api, device).json()
-    assert grant["batch_size"] == B
     n = dp_api.http.get("/v1/models/active").json()["num_params"]
-    gradient = np.random.default_rng(0).normal(0, 0.05, n)
+    gradient = np.random.default_rng(0).normal(0, 1.1 / B, n)  # the noise σC/B alone (σ 1.1, C 1)
     refusals = {
         "loss": dp_meta(loss=2.3),
         "label_counts": dp_meta(label_counts=[B] + [0] * 9),
         "expected_batch": dp_meta(batch_size=1),
     }
-    for word, meta in refusals.items():
+    for word, meta in refusals.items():  # a task each: after a refused DP push only that body may come again
+        grant = dp_ask(dp_api, device).json()
+        assert grant["batch_size"] == B
         answer = dp_api.push(device, grant["task_id"], gradient, meta)
         assert answer.status_code == 422 and word in answer.json()["detail"], answer.text
+    grant = dp_ask(dp_api, device).json()
     applied = dp_api.push(device, grant["task_id"], gradient, dp_meta())
     assert applied.status_code == 200 and applied.json()["applied"], applied.text
 
@@ -94,7 +95,8 @@ def test_a_dp_push_without_a_loss_is_stored_and_found_after_a_restart(tmp_path, 
     device, _ = first.enroll("Pixel")
     grant = first.request_task(TaskRequest(device, dict(FEATURES), None, local_examples=200))
     assert isinstance(grant, TaskGrant)
-    gradient = np.full(first.run.manifest.num_params, 1e-3, np.float32)
+    noise = np.random.default_rng(0).normal(0, 1.1 / B, first.run.manifest.num_params)  # σC/B, σ 1.1
+    gradient = noise.astype(np.float32)
     body = TaskResult(None, None, 5.0, None, B, gradient, hashlib.sha256(gradient.tobytes()).hexdigest())
     assert first.submit(device, grant.task_id, body).applied
     first.close()
