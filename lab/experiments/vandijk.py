@@ -115,7 +115,9 @@ def run_one(
         vandijk_delay_rounds=1,
     )  # fmt: skip
     local = [np.bincount(y, minlength=10) for _, y in setup.shards]
-    fleet = ScriptedFleet(setup.bundle, factory, label_counts=local, local_examples=[int(c.sum()) for c in local])
+    fleet = ScriptedFleet(
+        setup.bundle, factory, label_counts=local, local_examples=[int(c.sum()) for c in local]
+    )
     rounds = rounds_for(fleet.strategy, gradients / CLIENTS)
     rng = np.random.default_rng(seed + 1000)
     clock, busy, pending = 0.0, set(), []  # pending: (finish, n, device index, round-sum, loss)
