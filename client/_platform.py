@@ -44,7 +44,7 @@ def backends(
     """This platform's backends; ``android``/``bridge`` force the Android ones (tests pass stand-ins)."""
     if android if android is not None else on_android():
         return _android_backends(bridge, energy_model)
-    from ._worker import default_device_model
+    from ._worker_config import default_device_model
 
     energy = default_energy_meter(energy_model)
     return Backends(
