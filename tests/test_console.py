@@ -312,12 +312,19 @@ def test_create_user_command(tmp_path, monkeypatch):
 
 
 def test_the_privacy_page_shows_each_device_epsilon_against_the_budget(console):
-    client = console(dp=True, dp_noise_multiplier=3.0, dp_epsilon_budget=1.0, initial_model="mlp")
+    client = console(  # q = 48/192: ε 0.97 after one task, the next beyond the budget of 1
+        dp=True,
+        dp_noise_multiplier=3.0,
+        dp_epsilon_budget=1.0,
+        initial_model="mlp",
+        min_batch=48,
+        max_batch=48,
+    )
     login(client)
     assert "Differential privacy is off" not in client.get("/admin/privacy").text
     enrolled = client.post("/v1/devices", json={"enrollment_key": ENROLL, "device_model": "Pixel"}).json()
     device = {"Authorization": f"Bearer {enrolled['token']}"}
-    body = {"features": FEATURES, "local_examples": 200}
+    body = {"features": FEATURES, "local_examples": 192}  # a bucket value
     codes = [client.post("/v1/tasks", json=body, headers=device).status_code for _ in range(40)]
     assert 201 in codes and codes[-1] == 503
     page = client.get("/admin/privacy").text

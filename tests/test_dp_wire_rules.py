@@ -32,7 +32,7 @@ def dp_api(make_api):
 
 def dp_ask(api, headers, **extra):
     return api.http.post(
-        "/v1/tasks", json={"features": FEATURES, "local_examples": 200, **extra}, headers=headers
+        "/v1/tasks", json={"features": FEATURES, "local_examples": 192, **extra}, headers=headers
     )
 
 
@@ -93,7 +93,7 @@ def test_a_dp_push_without_a_loss_is_stored_and_found_after_a_restart(tmp_path, 
     )
     first = build_coordinator(settings)
     device, _ = first.enroll("Pixel")
-    grant = first.request_task(TaskRequest(device, dict(FEATURES), None, local_examples=200))
+    grant = first.request_task(TaskRequest(device, dict(FEATURES), None, local_examples=192))
     assert isinstance(grant, TaskGrant)
     noise = np.random.default_rng(0).normal(0, 1.1 / B, first.run.manifest.num_params)  # σC/B, σ 1.1
     gradient = noise.astype(np.float32)

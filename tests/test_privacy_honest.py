@@ -1,18 +1,22 @@
 """Issue 27's accounting findings, one regression test each (every one failed on the code before it):
 δ is one fixed setting refused at or above 1/N (9), N drifts only within a factor of the first N (14),
-the 'paper' norm-Laplace sampler is refused under DP (6), several API processes with DP are refused (11)."""
+an exact, non-bucket N is refused under DP (3), the 'paper' norm-Laplace sampler is refused under DP (6),
+several API processes with DP are refused (11)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pydantic
 import pytest
 from typer.testing import CliRunner
 
-from fleet_protocol.accounting import DEFAULT_DELTA, PrivacyEvent
+from client import DeviceData, Worker, WorkerConfig
+from fleet_protocol.accounting import DEFAULT_DELTA, PrivacyEvent, bucket_examples
 from server.core.errors import InvalidInput
 from server.core.privacy import PrivacyLedger, PrivacyPolicy, Refusal
 from server.core.types import Rejection, TaskGrant
 from server.settings import Settings, with_overrides
+from tests.conftest import ADMIN, ENROLL, FEATURES
 from tests.memory_store import MemoryStore
 from tests.test_privacy_ledger import ask, dp_core, reference_epsilon
 from tests.test_privacy_pure import strategy_core
@@ -31,12 +35,13 @@ def test_delta_is_one_setting_whatever_n_and_the_epsilon_follows_only_q():
 
 def test_a_grant_is_refused_when_delta_is_not_below_one_over_n():
     store = MemoryStore()
-    core = dp_core(store, PrivacyPolicy(delta=1e-3, epsilon_budget=None))
+    delta = 2.0**-10  # N = 1024, a bucket value, makes δ·N exactly 1
+    core = dp_core(store, PrivacyPolicy(delta=delta, epsilon_budget=None))
     device, _ = core.enroll("Pixel")
-    grant = ask(core, device, 500)  # δ·N = 0.5
-    assert isinstance(grant, TaskGrant) and grant.dp["delta"] == 1e-3
+    grant = ask(core, device, 512)  # δ·N = 0.5
+    assert isinstance(grant, TaskGrant) and grant.dp["delta"] == delta
     other, _ = core.enroll("Pixel")
-    refused = ask(core, other, 1000)  # δ = 1/N: one example in N may leak
+    refused = ask(core, other, 1024)  # δ = 1/N: one example in N may leak
     assert isinstance(refused, Rejection) and refused.reason == "delta_too_large", refused
     assert "1/N" in refused.detail
     core.journal.flush()
@@ -55,7 +60,7 @@ def test_n_cannot_walk_upward_by_steps_each_within_the_tolerance():
     store = MemoryStore()
     core = dp_core(store, PrivacyPolicy(examples_tolerance=2.0, epsilon_budget=None))
     device, _ = core.enroll("Pixel")
-    n, granted = 1000, []
+    n, granted = 1024, []  # a DP device reports bucket values of N, so the walk goes over buckets
     for _ in range(8):
         try:
             assert isinstance(ask(core, device, n), TaskGrant)
@@ -63,19 +68,43 @@ def test_n_cannot_walk_upward_by_steps_each_within_the_tolerance():
             assert "first reported" in str(refused)
             break
         granted.append(n)
-        n = 2 * n + 16
-    assert granted == [1000], granted  # 2016 is more than 2x the first N
-    for slow in (1900, 1999):  # small steps within 2x of the first N are fine ...
+        n = bucket_examples(3 * n // 2)  # each step 1.5x: within the 2x tolerance of the N before it
+    assert granted == [1024, 1536], granted  # 2304 is more than 2x the first N
+    for slow in (1920, 2048):  # small steps within 2x of the first N are fine (2x itself too) ...
         assert isinstance(ask(core, device, slow), TaskGrant)
     with pytest.raises(InvalidInput):  # ... but the total drift is bounded, not each step
-        ask(core, device, 2001)
+        ask(core, device, 2304)  # the next bucket above 2x
     core.close()
     restarted = dp_core(store, core.privacy_policy)  # the anchor is the first charge's N, from storage
-    with pytest.raises(InvalidInput, match="away from 1000"):
-        ask(restarted, device, 2001)
-    assert isinstance(ask(restarted, device, 501), TaskGrant)
+    with pytest.raises(InvalidInput, match="away from 1024"):
+        ask(restarted, device, 2304)
+    assert isinstance(ask(restarted, device, 512), TaskGrant)
     with pytest.raises(InvalidInput):
-        ask(restarted, device, 499)
+        ask(restarted, device, 480)  # the next bucket below 1/2x
+
+
+# -- finding 3: the exact N went out with every request and told D from D ∪ {x} --------------------------
+def test_a_dp_request_with_the_exact_n_is_refused_and_the_real_worker_is_granted(make_api):
+    """An honest DP device reports ``bucket_examples(N)``; an exact N is a leak the coordinator refuses
+    (422 naming the bucket, nothing charged), while the real client Worker holding N = 200 is granted."""
+    api = make_api(dp=True, dp_epsilon_budget=None, initial_model="logreg", min_batch=16, max_batch=16)
+    device = api.enroll()
+    for exact in (200, 201):  # 201 = 200 plus one example: the same bucket, so neither may go out
+        body = {"features": FEATURES, "local_examples": exact}
+        refused = api.http.post("/v1/tasks", json=body, headers=device)
+        assert refused.status_code == 422, refused.text
+        assert (
+            "bucket" in refused.json()["detail"] and str(bucket_examples(exact)) in refused.json()["detail"]
+        )
+    assert api.http.get("/v1/privacy/me", headers=device).json()["tasks"] == 0
+    rng = np.random.default_rng(0)
+    data = DeviceData(rng.uniform(0, 1, (200, 1, 28, 28)).astype(np.float32), np.arange(200) % 10)
+    config = WorkerConfig(base_url=str(api.http.base_url), enrollment_key=ENROLL, data=data, seed=0)
+    with Worker(config, client=api.http) as worker:
+        assert worker.run_one().applied
+    overview = api.http.get("/v1/admin/privacy", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+    devices = overview["devices"]  # the worker's own device: the one charged
+    assert [(d["tasks"], d["local_examples"]) for d in devices] == [(1, bucket_examples(200))] == [(1, 192)]
 
 
 # -- finding 6: the 'paper' norm-Laplace sampler charged as ε-DP -------------------------------------------
@@ -95,7 +124,7 @@ def test_the_ledger_grants_no_paper_sampler_step_whatever_built_the_core():
         MemoryStore(), PrivacyPolicy(), "mapa", mapa_sensitivity=10.0, dp_noise_sampler="paper"
     )
     device, _ = core.enroll("Pixel")
-    answer = ask(core, device, 200)
+    answer = ask(core, device, 192)
     assert isinstance(answer, Rejection) and answer.reason == "dp_sampler_not_private", answer
     assert core.privacy.device_view(device.device_id)["tasks"] == 0
     refusal = PrivacyLedger(PrivacyPolicy()).pure_terms("d", 200, {"noise": "paper", "epsilon_step": 0.1})

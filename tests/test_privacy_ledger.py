@@ -157,7 +157,7 @@ def dp_core(
     return core
 
 
-def ask(core: Coordinator, device, examples: object = 200) -> TaskGrant | Rejection:
+def ask(core: Coordinator, device, examples: object = 192) -> TaskGrant | Rejection:
     return core.request_task(
         TaskRequest(device, dict(FEATURES), None, local_examples=examples)
     )  # DP: no labels
@@ -165,7 +165,8 @@ def ask(core: Coordinator, device, examples: object = 200) -> TaskGrant | Reject
 
 def test_dp_tasks_carry_the_terms_and_the_budget_stops_the_device():
     store = MemoryStore()
-    core = dp_core(store, PrivacyPolicy(clip=1.0, noise_multiplier=3.0, epsilon_budget=3.0))
+    policy = PrivacyPolicy(clip=1.0, noise_multiplier=3.0, epsilon_budget=3.0)
+    core = dp_core(store, policy, batch=48)  # q = 48/192 = 1/4
     device, _ = core.enroll("Pixel")
     grants = []
     while len(grants) < 100:
@@ -176,7 +177,7 @@ def test_dp_tasks_carry_the_terms_and_the_budget_stops_the_device():
     assert isinstance(answer, Rejection) and answer.reason == "privacy_budget_exhausted", answer
     assert answer.retry_after >= 600
     first = grants[0].dp
-    assert first["clip"] == 1.0 and first["noise_multiplier"] == 3.0 and first["sampling_rate"] == 50 / 200
+    assert first["clip"] == 1.0 and first["noise_multiplier"] == 3.0 and first["sampling_rate"] == 48 / 192
     assert first["delta"] == DEFAULT_DELTA == 1e-8
     spent = reference_epsilon([PrivacyEvent(3.0, 0.25, len(grants))], 1e-8)
     assert [g.dp["epsilon_after"] for g in grants][-1] == pytest.approx(spent, rel=1e-6)
@@ -186,13 +187,13 @@ def test_dp_tasks_carry_the_terms_and_the_budget_stops_the_device():
     assert view["epsilon"] <= 3.0 < reference_epsilon([PrivacyEvent(3.0, 0.25, len(grants) + 1)], 1e-8)
     assert len(store.privacy_charges()) == len(grants)  # the refused request was not charged
     # the ledger outlives a restart: the same ε, the same refusal
-    restarted = dp_core(store, core.privacy_policy)
+    restarted = dp_core(store, core.privacy_policy, batch=48)
     assert restarted.privacy.device_view(device.device_id)["epsilon"] == pytest.approx(view["epsilon"])
     assert ask(restarted, device).reason == "privacy_budget_exhausted"
     assert core.privacy.overview()["epsilon_max"] == pytest.approx(view["epsilon"])
 
 
-@pytest.mark.parametrize("examples", [None, 0, -5, 2.5, True, "200", 10**10])
+@pytest.mark.parametrize("examples", [None, 0, -5, 2.5, True, "192", 10**10])
 def test_a_bad_local_dataset_size_is_refused_and_not_charged(examples):
     store = MemoryStore()
     core = dp_core(store, PrivacyPolicy())
@@ -206,10 +207,10 @@ def test_a_dataset_size_that_jumps_from_the_first_one_is_refused():
     store = MemoryStore()
     core = dp_core(store, PrivacyPolicy(examples_tolerance=2.0))
     device, _ = core.enroll("Pixel")
-    assert isinstance(ask(core, device, 200), TaskGrant)
-    assert isinstance(ask(core, device, 390), TaskGrant)  # within 2x of the first N
+    assert isinstance(ask(core, device, 192), TaskGrant)  # DP reports bucket values of N
+    assert isinstance(ask(core, device, 352), TaskGrant)  # within 2x of the first N
     with pytest.raises(InvalidInput, match="first reported"):
-        ask(core, device, 1000)
+        ask(core, device, 960)
     assert len(store.privacy_charges()) == 2
 
 

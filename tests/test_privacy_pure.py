@@ -39,14 +39,14 @@ def test_strategy_terms_replace_the_gaussian_and_pure_epsilon_adds_up_to_the_bud
     device, _ = core.enroll("Pixel")
     grants = []
     while len(grants) < 10:
-        answer = ask(core, device, 200)
+        answer = ask(core, device, 192)
         if isinstance(answer, Rejection):
             break
         grants.append(answer)
     assert len(grants) == 3 and answer.reason == "privacy_budget_exhausted"  # 0.9 + 0.3 > 1
     dp = grants[0].dp
     assert dp["mechanism"] == NORM_LAPLACE and dp["clip"] == 3.0 and dp["sensitivity"] == pytest.approx(0.5)
-    assert grants[0].batch_size == dp["expected_batch"] == 12 and dp["sampling_rate"] == 12 / 200
+    assert grants[0].batch_size == dp["expected_batch"] == 12 and dp["sampling_rate"] == 12 / 192
     assert [g.dp["epsilon_after"] for g in grants] == pytest.approx([0.3, 0.6, 0.9])
     view = core.privacy.device_view(device.device_id)
     assert view["epsilon"] == pytest.approx(0.9) and view["epsilon_pure"] == pytest.approx(0.9)
@@ -56,7 +56,7 @@ def test_strategy_terms_replace_the_gaussian_and_pure_epsilon_adds_up_to_the_bud
     assert [(c.mechanism, c.epsilon) for c in charges] == [(NORM_LAPLACE, 0.3)] * 3
     restarted = strategy_core(store, core.privacy_policy, "audp", dp_step_epsilon=0.3)
     assert restarted.privacy.device_view(device.device_id)["epsilon"] == pytest.approx(0.9)
-    assert ask(restarted, device, 200).reason == "privacy_budget_exhausted"
+    assert ask(restarted, device, 192).reason == "privacy_budget_exhausted"
 
 
 def test_a_device_with_both_kinds_spends_gaussian_pld_plus_pure_sum():
@@ -83,14 +83,14 @@ def test_the_norm_bound_of_a_pure_step_is_the_noise_tail_and_replaces_max_gradie
     core.max_gradient_norm = 1.0  # far below what the noise legitimately reaches
     device, _ = core.enroll("Pixel")
     n = core.run.manifest.num_params
-    grant = ask(core, device, 200)
+    grant = ask(core, device, 192)
     assert isinstance(grant, TaskGrant) and grant.dp["sensitivity"] == 10.0 and grant.dp["noise"] == "exact"
     scale = 10.0 / 0.1
     bound = norm_laplace_bound(60.0, scale, n, "exact")
     assert bound == pytest.approx(60.0 + stats.gamma(n, scale=scale).isf(1e-12)) and bound > n * scale
     honest = np.full(n, 0.9999 * bound / np.sqrt(n), np.float32)
     assert push(core, device, grant, honest, 12).applied
-    beyond = ask(core, device, 200)
+    beyond = ask(core, device, 192)
     with pytest.raises(InvalidInput, match="exceeds the bound"):
         push(core, device, beyond, np.full(n, 1.0001 * bound / np.sqrt(n), np.float32), 12)
     paper = norm_laplace_bound(60.0, scale, n, "paper")  # the paper's sampler (DP off only)
@@ -105,7 +105,7 @@ def test_pure_charges_round_trip_through_sql_after_migration_0004(tmp_path):
     store = build_store(settings)
     core = strategy_core(store, PrivacyPolicy(), "mapa", mapa_sensitivity=10.0)
     device, _ = core.enroll("Pixel")
-    grant = ask(core, device, 200)
+    grant = ask(core, device, 192)
     core.close()
     charges = build_store(settings).privacy_charges()
     assert len(charges) == 1 and charges[0].mechanism == NORM_LAPLACE and charges[0].epsilon == 0.1

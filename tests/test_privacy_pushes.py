@@ -19,6 +19,7 @@ from tests.memory_store import MemoryStore
 from tests.test_privacy_ledger import ask, dp_core, push
 
 TAIL = 1e-12
+N = 5632  # bucket_examples(6000): what a DP device holding 6,000 examples reports
 
 
 def honest(core, grant: TaskGrant, policy: PrivacyPolicy, seed: int = 0) -> np.ndarray:
@@ -89,17 +90,17 @@ def test_an_unnoised_push_on_the_cnn_is_refused_and_an_honest_one_applied(batch)
     core = dp_core(store, policy, model="mnist_cnn", batch=batch)
     device, _ = core.enroll("Pixel")
     n = core.run.manifest.num_params
-    zero = ask(core, device, 6000)
+    zero = ask(core, device, N)
     with pytest.raises(InvalidInput, match="least the DP noise alone gives"):
         push(core, device, zero, np.zeros(n, np.float32), batch)
-    clipped_mean = ask(core, device, 6000)  # no noise: B clipped examples pointing anywhere, over B
+    clipped_mean = ask(core, device, N)  # no noise: B clipped examples pointing anywhere, over B
     examples = np.random.default_rng(1).normal(size=(batch, n)).astype(np.float32)
     examples /= np.linalg.norm(examples, axis=1, keepdims=True)
     with pytest.raises(InvalidInput, match="not noised"):
         push(core, device, clipped_mean, examples.mean(0), batch)
-    fine = ask(core, device, 6000)
+    fine = ask(core, device, N)
     assert push(core, device, fine, honest(core, fine, policy), batch).applied
-    recalled = ask(core, device, 6000)
+    recalled = ask(core, device, N)
     core.close()
     restarted = dp_core(store, policy, model="mnist_cnn", batch=batch)  # the floor is stored with the charge
     with pytest.raises(InvalidInput, match="least the DP noise alone gives"):
@@ -158,7 +159,7 @@ def test_the_floor_round_trips_through_sql_after_migration_0008(tmp_path):
     settings = Settings(data_dir=tmp_path, _env_file=None)
     core = dp_core(build_store(settings), PrivacyPolicy(), model="mnist_cnn")
     device, _ = core.enroll("Pixel")
-    grant = ask(core, device, 6000)
+    grant = ask(core, device, N)
     floor = core.leases.get(grant.task_id).dp_floor
     core.close()
     charges = build_store(settings).privacy_charges()

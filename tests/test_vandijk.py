@@ -116,11 +116,11 @@ def test_the_ledger_charges_each_round_at_its_own_sampling_rate():
     n = core.run.manifest.num_params
     rates = []
     for i in range(3):
-        grant = ask(core, device, 200)
+        grant = ask(core, device, 192)
         assert not isinstance(grant, Rejection), grant
         dp = grant.dp
         assert dp["round"] == i and dp["local_steps"] == 20 + 10 * i == grant.batch_size
-        assert dp["sampling_rate"] == pytest.approx((20 + 10 * i) / 200) and dp["clip"] == 0.1
+        assert dp["sampling_rate"] == pytest.approx((20 + 10 * i) / 192) and dp["clip"] == 0.1
         rates.append(dp["sampling_rate"])
         rng = np.random.default_rng(i)
         u = rng.normal(size=(grant.batch_size, n))
@@ -140,9 +140,8 @@ def test_exhausted_projects_the_next_round_at_the_rounds_own_sigma_not_the_polic
         MemoryStore(), policy, "vandijk", vandijk_a=0.0, vandijk_b=20, vandijk_noise_multiplier=8.0
     )
     device, _ = core.enroll("Pixel")
-    assert not isinstance(ask(core, device, 200), Rejection)
-    view = core.privacy.device_view(device.device_id)  # one more round at σ = 8, q = 0.1 fits in 0.5
+    assert not isinstance(ask(core, device, 192), Rejection)
+    q = 20 / 192  # one more round at σ = 8 and this q fits in 0.5
+    view = core.privacy.device_view(device.device_id)
     assert view["epsilon"] < 0.15 and not view["exhausted"]
-    assert (
-        reference_epsilon([PrivacyEvent(8.0, 0.1), PrivacyEvent(1.1, 0.1)], DEFAULT_DELTA) > 0.5
-    )  # policy σ
+    assert reference_epsilon([PrivacyEvent(8.0, q), PrivacyEvent(1.1, q)], DEFAULT_DELTA) > 0.5  # policy σ

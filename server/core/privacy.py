@@ -32,6 +32,7 @@ from fleet_protocol.accounting import (
     PURE_ASSUMPTION,
     RELATION,
     PrivacyEvent,
+    bucket_examples,
     epsilon,
     keep_compositions,
 )
@@ -154,13 +155,19 @@ class PrivacyLedger:
     def check_examples(self, device_id: str, local_examples: Any) -> int:
         """The device's reported local dataset size N, validated (an ``InvalidInput`` says why): an integer
         (not a string or a bool), in range, and within ``examples_tolerance`` of the first N this device was
-        charged with, so N cannot walk by small steps to any size (finding 14)."""
+        charged with, so N cannot walk by small steps to any size (finding 14); and a bucket value
+        (``bucket_examples``), as an honest device reports it."""
         if local_examples is None:
             raise InvalidInput("DP is on: the task request must report local_examples (the device's N)")
         if isinstance(local_examples, bool) or not isinstance(local_examples, int):
             raise InvalidInput(f"local_examples must be an integer, got {local_examples!r}")
         if not 1 <= local_examples <= MAX_LOCAL_EXAMPLES:
             raise InvalidInput(f"local_examples must be in [1, {MAX_LOCAL_EXAMPLES}], got {local_examples}")
+        if local_examples != bucket_examples(local_examples):  # the exact N tells D from D ∪ {x}
+            raise InvalidInput(
+                f"DP is on: report local_examples as its bucket, {bucket_examples(local_examples)} for"
+                f" {local_examples} (fleet_protocol.accounting.bucket_examples), never the exact N"
+            )
         anchor = self.devices.get(device_id, DeviceLedger()).anchor_examples
         if anchor is not None:
             factor = self.policy.examples_tolerance
