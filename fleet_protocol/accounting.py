@@ -54,6 +54,8 @@ ADD_OR_REMOVE = "add-or-remove-one"  # the literature's usual relation (N secret
 REPLACE_ONE = "replace-one"  # N public (bucketed): one example's content, label included, is protected
 RELATION = REPLACE_ONE  # what the ledger charges
 DEFAULT_DELTA = 1e-8  # fixed, not 1/N²: a grant is refused when δ ≥ 1/N (issue 27)
+MIN_CALIBRATED_SIGMA = 0.3  # calibrate_noise's PLD search: below, σ protects next to nothing
+MAX_CALIBRATED_SIGMA = 1000.0  # calibrate_noise's search stops here (σ above drowns any gradient)
 PLD_INTERVAL = 1e-3  # PLD value discretisation: pessimistic (an upper bound)
 PLD_STEPS = 128  # one-step PLDs kept by (σ, q): up to ~0.3 MB each
 
@@ -265,7 +267,11 @@ def calibrate_noise(
     target_epsilon: float, delta: float, sampling_rate: float, steps: int, *, relation: str = RELATION
 ) -> float:
     """The smallest noise multiplier σ whose ``steps`` steps at rate q stay within (ε, δ): under
-    replace-one by PLD (what the ledger charges; a second or two), under add/remove-one by RDP."""
+    replace-one by PLD (what the ledger charges; a second or two), under add/remove-one by RDP.
+
+    PLD searches σ in [``MIN_CALIBRATED_SIGMA``, ``MAX_CALIBRATED_SIGMA``] only: a target the smallest σ
+    meets gets it; one that needs more than the largest (whose noise would drown any gradient) raises
+    ValueError."""
     import dp_accounting
     from dp_accounting.pld import PLDAccountant
     from dp_accounting.rdp import RdpAccountant
@@ -282,16 +288,25 @@ def calibrate_noise(
             return RdpAccountant(list(ORDERS))
         return PLDAccountant(_relation(relation), value_discretization_interval=PLD_INTERVAL)
 
+    if relation == ADD_OR_REMOVE:
+        bracket, tol = dp_accounting.LowerEndpointAndGuess(1e-2, 1.0), 1e-4
+    else:
+        bracket, tol = dp_accounting.ExplicitBracketInterval(MIN_CALIBRATED_SIGMA, MAX_CALIBRATED_SIGMA), 1e-3
+        floor = [PrivacyEvent(MIN_CALIBRATED_SIGMA, sampling_rate, steps)]
+        if epsilon(floor, delta, relation=relation) <= target_epsilon:
+            return MIN_CALIBRATED_SIGMA  # a lax target: the smallest σ searched already meets it
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sigma = dp_accounting.calibrate_dp_mechanism(
-            fresh,
-            lambda s: _dp_event(PrivacyEvent(s, sampling_rate, steps)),
-            target_epsilon,
-            delta,
-            dp_accounting.LowerEndpointAndGuess(0.3 if relation != ADD_OR_REMOVE else 1e-2, 1.0),
-            tol=1e-4,
-        )
+        try:
+            sigma = dp_accounting.calibrate_dp_mechanism(
+                fresh, lambda s: _dp_event(PrivacyEvent(s, sampling_rate, steps)), target_epsilon, delta,
+                bracket, tol=tol,
+            )  # fmt: skip
+        except (ValueError, dp_accounting.mechanism_calibration.NoBracketIntervalFoundError) as exc:
+            raise ValueError(
+                f"no σ up to {MAX_CALIBRATED_SIGMA:g} keeps {steps} steps at q = {sampling_rate:g} within"
+                f" ε = {target_epsilon:g}, δ = {delta:g}"
+            ) from exc
     return float(sigma)
 
 

@@ -152,10 +152,10 @@ def test_dp_staleness_quick_reports_both_accountings(tmp_path):
     # σ was calibrated to ε in the pooled view; the per-device ledger charges far more for the same σ
     acct = s["accounting"]["1"]
     assert acct["pooled"]["epsilon_rdp"] == pytest.approx(1.0, abs=0.01)
-    assert (
-        acct["ledger"]["sampling_rate"] == 1.0
-        and acct["ledger"]["epsilon_rdp"] > 2 * acct["pooled"]["epsilon_rdp"]
-    )
+    assert acct["pooled"]["epsilon_replace_one"] > acct["pooled"]["epsilon_pld"]  # replace-one costs more
+    ledger = acct["ledger"]
+    assert ledger["sampling_rate"] == 1.0 and ledger["relation"] == "replace-one" and ledger["delta"] == 1e-8
+    assert ledger["epsilon"] > 2 * acct["pooled"]["epsilon_rdp"]
     # DP runs reach less than the same runs without DP, at the same rate and seed
     assert s["tables"]["1/b"]["dynsgd"]["final"][0] < s["tables"]["inf/b"]["dynsgd"]["final"][0]
     text = (tmp_path / "dp-staleness-quick.md").read_text()

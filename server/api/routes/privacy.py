@@ -90,9 +90,9 @@ async def device_privacy(device_id: str, coordinator: CoordinatorDep) -> DeviceP
 @admin_router.get("/calibrate", response_model=CalibrationOut, responses=INVALID)
 async def calibrate(
     epsilon: float = Query(ge=0.01, le=100, description="target ε"),
-    delta: float = Query(ge=1e-30, le=0.1, description="target δ (e.g. 1e-8, the default setting)"),
+    delta: float = Query(ge=1e-12, le=0.1, description="target δ (e.g. 1e-8, the default setting)"),
     sampling_rate: float = Query(ge=1e-9, le=1, description="q = batch / N"),
-    steps: int = Query(ge=1, le=10**7, description="tasks per device"),
+    steps: int = Query(ge=1, le=10_000, description="tasks per device"),
 ) -> CalibrationOut:
     """The noise multiplier σ that keeps ``steps`` tasks at rate q within (ε, δ)."""
     try:
