@@ -226,7 +226,7 @@ def demo(
     dp_epsilon: Annotated[
         float | None,
         typer.Option(
-            min=0.01, max=100, help="DP-SGD on every phone with this ε budget per device (δ = 1/N²)"
+            min=0.01, max=100, help="DP-SGD on every phone with this ε budget per device (δ = 1e-8)"
         ),
     ] = None,
     dp_tasks: Annotated[

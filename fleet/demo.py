@@ -147,8 +147,9 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60
 
 
 def _privacy_table(privacy: dict[str, Any], names: dict[str, str]) -> Table:
-    """Each device's ε (RDP, enforced) against its budget, and the assumption behind the figures."""
-    table = Table(title=f"Privacy: ε per device at δ = 1/N² (budget {privacy['epsilon_budget']:g})")
+    """Each device's ε (PLD, replace-one, enforced) against its budget, and the assumption behind it."""
+    delta, budget = privacy["delta"], privacy["epsilon_budget"]
+    table = Table(title=f"Privacy: ε per device at δ = {delta:g} (budget {budget:g})")
     for column in ("device", "phone", "DP tasks", "ε spent", "budget spent"):
         table.add_column(column)
     for d in sorted(privacy["devices"], key=lambda d: names.get(d["device_id"], "")):
