@@ -34,6 +34,7 @@ from fleet_protocol import GAUSSIAN_MECHANISM, LOCAL_SGD_MECHANISM, NORM_LAPLACE
 from fleet_protocol.accounting import DEFAULT_DELTA, PrivacyEvent, epsilon
 
 from ._exceptions import PrivacyRefused, WorkerError
+from ._random import secure_generator
 from ._state import write_json_atomic
 
 __all__ = [
@@ -222,11 +223,11 @@ class DeviceLedger:
             else:
                 section.append(entry)
             try:
+                secure_generator()  # no secure noise, no DP task: refused before anything is charged
                 after = self.epsilon(state)
-            except ImportError as exc:  # the Android app ships no dp-accounting (nor a DP gradient graph)
-                raise PrivacyRefused(
-                    f"this device cannot account ε: {exc}", reason=UNACCOUNTABLE, stop=True
-                ) from exc
+            except ImportError as exc:  # the Android app ships neither dp-accounting nor randomgen yet
+                detail = f"this device cannot account ε or draw secure noise: {exc}"
+                raise PrivacyRefused(detail, reason=UNACCOUNTABLE, stop=True) from exc
             if after > self.budget:
                 self._refuse_exhausted(after)
             fingerprint = self._fingerprint_of(data)

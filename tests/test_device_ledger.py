@@ -218,3 +218,18 @@ def test_the_owners_budget_is_kept_with_the_ledger(tmp_path):
     DeviceLedger.open(tmp_path, DevicePrivacy(budget=5.0))
     assert DeviceLedger.open(tmp_path).budget == 5.0  # given once, kept
     assert DeviceLedger.open(tmp_path, DevicePrivacy(delta=1e-6)).delta == DEFAULT_DELTA  # δ is fixed
+
+
+def test_a_device_without_secure_noise_or_an_accountant_stops_before_charging(tmp_path, monkeypatch):
+    """The Android build ships neither randomgen nor dp-accounting yet: its DP tasks stop, never run."""
+    import client._ledger as module
+    from client._ledger import UNACCOUNTABLE
+
+    def missing() -> None:
+        raise ImportError("No module named 'randomgen'")
+
+    monkeypatch.setattr(module, "secure_generator", missing)
+    ledger = DeviceLedger.open(tmp_path)
+    with pytest.raises(PrivacyRefused) as refused:
+        ledger.admit(GAUSS, examples(), "t-1")
+    assert refused.value.reason == UNACCOUNTABLE and refused.value.stop and ledger.tasks == 0
