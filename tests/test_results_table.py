@@ -42,3 +42,13 @@ def test_every_seed_experiment_has_its_rows_and_a_missing_one_is_skipped(tmp_pat
     for name in ("mapa", "vandijk", "adp2sgd", "kardam", "wkafl"):
         assert f"[{name}.md]({name}.md)" in files
     assert table(tmp_path).count("\n") == 1  # nothing run: the header alone
+
+
+def test_every_dp_sgd_row_shows_the_ledgers_epsilon_beside_the_pooled_one():
+    """A pooled ε (the thesis's: secret uniform device selection) is never shown alone (issue 27, #7)."""
+    rows = [
+        line for line in table(ROOT / "docs" / "results").splitlines() if "under DP" in line and "ε =" in line
+    ]
+    assert rows, "the dp-staleness rows are missing"
+    for row in rows:
+        assert "pooled ε" in row and "ledger" in row, row
