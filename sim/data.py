@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,17 +109,88 @@ def partition_label_skew(
     return parts
 
 
+def partition_adjacent_shards(
+    labels: np.ndarray, devices: int, *, shards_per_device: int = 2
+) -> list[np.ndarray]:
+    """Non-IID, sharper than ``partition_sorted_shards``: device d takes the label-sorted shards next to each
+    other (2d and 2d + 1 for two), so most devices hold a single digit (issue 28's split)."""
+    order = np.argsort(labels, kind="stable")
+    shards = np.array_split(order, devices * shards_per_device)
+    k = shards_per_device
+    return [np.sort(np.concatenate(shards[d * k : (d + 1) * k])) for d in range(devices)]
+
+
+def partition_label_shards(
+    labels: np.ndarray, devices: int, rng: np.random.Generator, *, labels_per_device: int
+) -> list[np.ndarray]:
+    """Exactly ``labels_per_device`` distinct labels a device: device d holds labels π(dk + j mod C) for a
+    random permutation π of the C classes, and each label's examples are dealt equally among its holders."""
+    classes = np.unique(labels)
+    k = labels_per_device
+    if not 1 <= k <= len(classes) or devices < 1:
+        raise ValueError(f"need 1 <= labels_per_device <= {len(classes)}, devices >= 1: got {k}, {devices}")
+    order = rng.permutation(classes)
+    held = [[int(order[(d * k + j) % len(classes)]) for j in range(k)] for d in range(devices)]
+    holders = {int(c): [d for d in range(devices) if int(c) in held[d]] for c in classes}
+    parts: list[list[np.ndarray]] = [[] for _ in range(devices)]
+    for c, who in holders.items():
+        if who:
+            pieces = np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(who))
+            for d, piece in zip(who, pieces, strict=True):
+                parts[d].append(piece)
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def partition_dirichlet(
+    labels: np.ndarray, devices: int, rng: np.random.Generator, *, alpha: float, min_size: int = 2
+) -> list[np.ndarray]:
+    """Each class's examples split among the devices by proportions ~ Dirichlet(α): small α, few labels a
+    device (0.1: nearly one); large α, nearly IID (Hsu, Qi and Brown 2019). Redrawn until every device
+    holds at least ``min_size`` examples."""
+    if not alpha > 0 or devices < 1:
+        raise ValueError(f"need alpha > 0 and devices >= 1, got {alpha}, {devices}")
+    if devices * min_size > len(labels):
+        raise ValueError(f"{devices} devices of at least {min_size} examples need more than {len(labels)}")
+    for _ in range(1000):
+        parts: list[list[np.ndarray]] = [[] for _ in range(devices)]
+        for c in np.unique(labels):
+            pool = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(rng.dirichlet(np.full(devices, alpha)))[:-1] * len(pool)).astype(int)
+            for d, piece in enumerate(np.split(pool, cuts)):
+                parts[d].append(piece)
+        shards = [np.sort(np.concatenate(p)) for p in parts]
+        if min(len(s) for s in shards) >= min_size:
+            return shards
+    raise ValueError(f"no Dirichlet({alpha}) split gave every one of {devices} devices {min_size} examples")
+
+
 def make_partition(name: str, labels: np.ndarray, devices: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """A partition by name: "iid", "sorted" (2 label-sorted shards each), "wkafl-L<n>" (Alg. 4, L_num = n)."""
+    """A partition by name: "iid", "sorted" (2 label-sorted shards each, dealt at random), "adjacent" (2
+    adjacent label-sorted shards each), "labels-<k>" (k labels a device), "dirichlet-<α>", "wkafl-L<n>"
+    (Alg. 4, L_num = n)."""
     if name == "sorted":
         return partition_sorted_shards(labels, devices, rng)
+    if name == "adjacent":
+        return partition_adjacent_shards(labels, devices)
     if name == "iid":
         return partition_iid(len(labels), devices, rng)
+    if name.startswith("labels-") and name.removeprefix("labels-").isdigit():
+        per_device = int(name.removeprefix("labels-"))
+        return partition_label_shards(labels, devices, rng, labels_per_device=per_device)
+    if name.startswith("dirichlet-"):
+        try:
+            alpha = float(name.removeprefix("dirichlet-"))
+        except ValueError:
+            alpha = math.nan
+        if math.isfinite(alpha):
+            return partition_dirichlet(labels, devices, rng, alpha=alpha)
     if name.startswith("wkafl-L") and name.removeprefix("wkafl-L").isdigit():
         return partition_label_skew(
             labels, devices, rng, classes_per_device=int(name.removeprefix("wkafl-L"))
         )
-    raise ValueError(f"unknown partition {name!r} (sorted, iid or wkafl-L<n>)")
+    raise ValueError(
+        f"unknown partition {name!r} (sorted, adjacent, iid, labels-<k>, dirichlet-<alpha> or wkafl-L<n>)"
+    )
 
 
 def write_shards(

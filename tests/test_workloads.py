@@ -1,0 +1,83 @@
+"""The workload suite for choosing a default (issue 28): its splits, and halves that never mix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.data import load_mnist, make_partition
+from sim.workloads import CHOICE, HELD_BACK, SUITE, workload
+
+
+@pytest.fixture(scope="module")
+def train():
+    return load_mnist(seed=0)[0]
+
+
+def labels_per_device(train, parts):
+    return [len(np.unique(train.y[p])) for p in parts]
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_label_shards_give_every_device_exactly_k_labels_and_use_every_digit_once(train, k):
+    parts = make_partition(f"labels-{k}", train.y, 20, np.random.default_rng(0))
+    assert labels_per_device(train, parts) == [k] * 20
+    used = np.concatenate(parts)
+    assert len(used) == len(train.y) == len(set(used.tolist()))
+
+
+def test_dirichlet_skew_falls_as_alpha_grows(train):
+    mean = {
+        a: np.mean(
+            labels_per_device(train, make_partition(f"dirichlet-{a}", train.y, 20, np.random.default_rng(0)))
+        )
+        for a in (0.1, 0.5, 10)
+    }
+    assert mean[0.1] < mean[0.5] < mean[10] and mean[10] > 9.5
+
+
+def test_adjacent_shards_are_the_sharp_split_of_issue_28(train):
+    parts = make_partition("adjacent", train.y, 20, np.random.default_rng(0))
+    counts = labels_per_device(train, parts)
+    assert np.mean(counts) < 1.6 and counts.count(1) >= 10  # issue 28: 1.4 labels a device, 11 single-digit
+
+
+def test_an_unknown_split_or_workload_names_the_known_ones(train):
+    with pytest.raises(ValueError, match="dirichlet-<alpha>"):
+        make_partition("dirichlet-x", train.y, 20, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="labels1-cnn"):
+        workload("nope")
+
+
+def test_the_suite_has_twelve_workloads_or_more_and_two_halves_that_never_mix():
+    names = [w.name for w in SUITE]
+    assert len(names) >= 12 and len(set(names)) == len(names)
+    assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) | set(HELD_BACK) == set(names)
+    assert min(len(CHOICE), len(HELD_BACK)) >= 6
+    assert "adjacent-cnn" in HELD_BACK  # the split the old default plateaued on is never chosen on
+
+
+def test_every_dimension_varies_in_both_halves():
+    def kinds(half):
+        ws = [workload(n) for n in half]
+        return {
+            "split": {w.split.split("-")[0] for w in ws},
+            "model": {w.model for w in ws},
+            "batch": {w.batch for w in ws},
+            "devices": {w.devices for w in ws},
+            "spread": {w.speed_spread for w in ws},
+            "data": {w.data_seed for w in ws},
+        }
+
+    for half in (CHOICE, HELD_BACK):
+        k = kinds(half)
+        assert {"labels", "dirichlet"} <= k["split"] and all(len(v) >= 2 for v in k.values()), (half, k)
+
+
+@pytest.mark.parametrize("w", SUITE, ids=lambda w: w.name)
+def test_every_workload_builds_devices_that_each_hold_data(w):
+    train, test = w.data()
+    parts = w.shards(train)
+    assert len(parts) == w.devices and min(len(p) for p in parts) >= 1 and len(test.y) == 1000
+    speeds = w.speeds()
+    assert len(speeds) == w.devices and speeds[-1] / speeds[0] == pytest.approx(w.speed_spread)
