@@ -129,3 +129,10 @@ def test_the_experiments_have_no_private_training_loop(name):
     assert "ScriptedFleet" in source
     for call in ("Arrival(", ".receive(", ".aggregate(", ".ready("):
         assert call not in source, (name, call)
+
+
+def test_the_plateau_probe_runs_each_arm_and_reports_recall_per_class():
+    from lab.probes.default_plateau import probe
+
+    rows = probe("dirichlet0.5-logreg", 60, {"dynsgd-0.2": {"strategy": "dynsgd", "learning_rate": 0.2}})
+    assert len(rows) == 1 and len(rows[0]["recall"]) == 10 and 0 <= rows[0]["final"] <= rows[0]["best"] <= 1

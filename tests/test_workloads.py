@@ -82,10 +82,3 @@ def test_every_workload_builds_devices_that_each_hold_data(w):
     speeds = w.speeds()
     assert len(speeds) == w.devices and speeds.max() / speeds.min() == pytest.approx(w.speed_spread)
     assert (np.diff(speeds) >= 0).all() == (w.speed_order == "split" or w.speed_spread == 1)
-
-
-def test_the_plateau_probe_runs_each_arm_and_reports_recall_per_class():
-    from lab.probes.default_plateau import probe  # noqa: PLC0415
-
-    rows = probe("dirichlet0.5-logreg", 60, {"dynsgd-0.2": {"strategy": "dynsgd", "learning_rate": 0.2}})
-    assert len(rows) == 1 and len(rows[0]["recall"]) == 10 and 0 <= rows[0]["final"] <= rows[0]["best"] <= 1
