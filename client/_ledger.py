@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,10 +191,9 @@ class DeviceLedger:
 
     def events(self, state: dict[str, Any] | None = None) -> list[PrivacyEvent]:
         """The Gaussian steps (DP-SGD steps and local-SGD rounds) grouped by (σ, q)."""
-        counts: dict[tuple[float, float], int] = {}
+        counts: Counter[tuple[float, float]] = Counter()
         for e in (state or self._state)["gaussian"]:
-            key = (float(e["noise_multiplier"]), float(e["sampling_rate"]))
-            counts[key] = counts.get(key, 0) + int(e["count"])
+            counts[(float(e["noise_multiplier"]), float(e["sampling_rate"]))] += int(e["count"])
         return [PrivacyEvent(s, q, n) for (s, q), n in sorted(counts.items())]
 
     def epsilon(self, state: dict[str, Any] | None = None) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import threading
 import warnings
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -190,13 +190,10 @@ def pld_epsilon(events: Iterable[PrivacyEvent], delta: float, *, relation: str =
     history it becomes once charged are one cache entry. A composition one step past a recent one is that
     one's PLD composed with the step's (a few ms: ``_pld_of``), not rebuilt from scratch."""
     _check_delta(delta)
-    counts: dict[tuple[float, float], int] = {}
+    counts: Counter[tuple[float, float]] = Counter()
     for e in events:
-        if e.count:
-            counts[(e.noise_multiplier, e.sampling_rate)] = (
-                counts.get((e.noise_multiplier, e.sampling_rate), 0) + e.count
-            )
-    key = tuple(sorted((s, q, n) for (s, q), n in counts.items()))
+        counts[(e.noise_multiplier, e.sampling_rate)] += e.count
+    key = tuple(sorted((s, q, n) for (s, q), n in counts.items() if n))
     return _pld_epsilon(key, delta, relation) if key else 0.0
 
 

@@ -75,7 +75,7 @@ def test_settings_survive_a_crash_mid_save_and_a_garbled_file(tmp_path: Path, mo
     def crash(*_: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("client.app.settings.os.replace", crash)
+    monkeypatch.setattr("client._state.os.replace", crash)  # the atomic write save_settings uses
     with pytest.raises(OSError):
         save_settings(tmp_path, replace(saved, server_url="https://other.example.org"))
     monkeypatch.undo()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from client._state import write_json_atomic
 
 __all__ = ["AppSettings", "load_settings", "parse_enrollment_link", "save_settings", "url_problem"]
 
@@ -111,18 +111,6 @@ def load_settings(folder: Path) -> AppSettings:
 
 def save_settings(folder: Path, settings: AppSettings) -> Path:
     """Write atomically (owner-only permissions: the file holds the device token)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / SETTINGS_FILE
-    handle, temporary = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump(asdict(settings), out, indent=2, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    path = Path(folder) / SETTINGS_FILE
+    write_json_atomic(path, asdict(settings))
     return path

@@ -20,7 +20,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleet_protocol.accounting import (
@@ -346,17 +346,7 @@ class PrivacyLedger:
         """A device's ledger: tasks, N, δ, ε (PLD under replace-one, enforced), budget left."""
         with self._lock:  # a consistent copy; the accounting runs outside the lock
             ledger = self.devices.get(device_id, DeviceLedger())
-            copy = DeviceLedger(
-                local_examples=ledger.local_examples,
-                steps=Counter(ledger.steps),
-                last_task_at=ledger.last_task_at,
-                last_rate=ledger.last_rate,
-                last_sigma=ledger.last_sigma,
-                refused=ledger.refused,
-                pure_epsilon=ledger.pure_epsilon,
-                pure_steps=ledger.pure_steps,
-                last_pure=ledger.last_pure,
-            )
+            copy = replace(ledger, steps=Counter(ledger.steps))
         delta = self.policy.delta
         spent = copy.spent(delta)
         return {
