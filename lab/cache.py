@@ -29,6 +29,7 @@ CODE = (
     "lab/experiments/protocol.py",
     "lab/experiments/async_vs_sync.py",
     "lab/experiments/default_search.py",
+    "lab/experiments/peer_fleets.py",
 )
 LIBRARIES = ("numpy", "onnxruntime", "scikit-learn")
 FRESH_ENV = "FLEET_EXPERIMENT_FRESH"  # set to a start time (epoch seconds): older entries are ignored

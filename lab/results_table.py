@@ -125,27 +125,23 @@ def async_rows(data: dict[str, Any]) -> Iterator[Row]:
 
 
 def default_rows(data: dict[str, Any]) -> Iterator[Row]:
-    """The shipped default, untuned, against the best tuned candidate, per simulated workload."""
+    """`python -m lab run default-search`: on each held-back workload, the untuned default's time to the
+    workload's target against the best tuned run's, and its final accuracy against the best."""
     s = data["summary"]
-    default = next(name for name in s["table"] if "(default" in name)
-    for workload in (w for w in s["table"][default] if w != "lr"):
-        rows = s["table"].items()
-        tuned = {n: row[workload] for n, row in rows if n != default and workload in row}
-        # a run that diverged or missed the target ranks after every run that reached it
-        best = min(
-            tuned,
-            key=lambda n: (
-                tuned[n]["diverged"] > 0,
-                tuned[n]["time"]["median_mark"] != "",
-                tuned[n]["time"]["median"],
-            ),
+    for workload, h in s["held_back"].items():
+        own, best = h["default"], h["best"]
+        time = (
+            "diverged"
+            if own["diverged"]
+            else (f"{own['time']:.1f}" if own["time"] is not None else f"≥ {own['end_time']:.1f} (missed)")
         )
+        ratio = f" ({own['ratio']:.2f}x)" if own["ratio"] is not None else ""
         yield (
-            f"virtual s to 90%, {workload}: the default ({s['default']}, γ={s['default_rate']}, untuned) / "
-            f"the best tuned candidate ({best})",
-            f"{fmt(s['table'][default][workload]['time'], 1)} / {fmt(tuned[best]['time'], 1)}"
-            + (f", {tuned[best]['diverged']} diverged" if tuned[best]["diverged"] else ""),
-            "within 1.1x",
+            f"held-back {workload}: virtual s to {h['target']:.3f} (best final − 1 pt) and final accuracy, "
+            f"the default ({s['default']}, γ={s['default_rate']}, untuned) / the best tuned run "
+            f"({best['arm']}, γ={best['lr']})",
+            f"{time} / {best['time']:.1f}{ratio}; {own['final']:.3f} / {h['best_final']:.3f}",
+            "≤ 1.1x; within 0.005",
             _link("default-search.md"),
         )
 

@@ -87,6 +87,7 @@ class FleetSimulator:
         eval_every_gradients: int | None = None,
         backend: GradientBackend | None = None,
         draw_at_grant: bool = False,
+        batches: Sequence[int] | None = None,
     ) -> None:
         """``speeds``: each device's GFLOP/s, fixed (else drawn from the speed classes);
         ``eval_every_gradients``: evaluate after that many gradients instead of every ``eval_every``
@@ -95,7 +96,8 @@ class FleetSimulator:
         a later ``run`` continues with the tasks still in flight); ``draw_at_grant``: each device draws
         its mini-batch when granted the task, so a backend can compute ahead of the clock (Ray needs
         it). Off by default: the committed experiments drew it at the push, and their random stream
-        (timings included) stays the one their results came from."""
+        (timings included) stays the one their results came from. ``batches``: each device's own mini-batch
+        size, indexed like ``speeds`` (I-Prof sizing to a time SLO, converged), instead of ``batch``."""
         if backend is not None and not isinstance(backend, LocalBackend) and not draw_at_grant:
             raise ValueError("a backend that computes ahead of the clock needs draw_at_grant=True")
         self.draw_at_grant = draw_at_grant
@@ -106,7 +108,10 @@ class FleetSimulator:
         self.rng = np.random.default_rng([seed, 11])
         self.shard_for = shard_for
         self.queue = EventQueue()
-        self.core = build_core(bench.bundle, strategy_factory, clock=self.queue, sizer=BatchSizer(mean=batch))
+        self.batches = batches
+        per_model = {f"slot-{i}": int(b) for i, b in enumerate(batches or ())}
+        sizer = BatchSizer(mean=batch, per_model=per_model)
+        self.core = build_core(bench.bundle, strategy_factory, clock=self.queue, sizer=sizer)
         self.devices: list[VirtualDevice] = []
         self.result = FleetResult()
         self.eval_time = 0.0
@@ -117,6 +122,8 @@ class FleetSimulator:
         model, gflops = speed_class(self.rng)
         if self.speeds is not None:
             gflops = float(self.speeds[len(self.devices) % len(self.speeds)])
+        if self.batches is not None:
+            model = f"slot-{len(self.devices) % len(self.batches)}"  # its own model: its own batch size
         device, _ = self.core.enroll(model)
         shard = self.shard_for(self.rng)
         counts = np.bincount(self.bench.train.y[shard], minlength=self.bench.num_classes)

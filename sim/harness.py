@@ -32,9 +32,18 @@ class BatchSizer:
     energy_slo = None
 
     def __init__(
-        self, *, mean: int = 100, std: float = 0.0, rng: np.random.Generator | None = None, minimum: int = 1
+        self,
+        *,
+        mean: int = 100,
+        std: float = 0.0,
+        rng: np.random.Generator | None = None,
+        minimum: int = 1,
+        per_model: Mapping[str, int] | None = None,
     ) -> None:
+        """``per_model``: a fixed size for these device models (what I-Prof converges to under a time SLO
+        when each simulated device is its own model: ``FleetSimulator(batches=...)``)."""
         self.mean, self.std, self.minimum = mean, std, minimum
+        self.per_model = dict(per_model or {})
         self.min_batch, self.max_batch = minimum, max(minimum, mean)
         self.rng = rng or np.random.default_rng(0)
 
@@ -42,6 +51,8 @@ class BatchSizer:
         return f"BatchSizer(mean={self.mean}, std={self.std})"
 
     def batch_size(self, device_model: str, features: Mapping[str, Any]) -> BatchDecision:
+        if device_model in self.per_model:
+            return BatchDecision(self.per_model[device_model])
         if self.std <= 0:
             return BatchDecision(self.mean)
         return BatchDecision(max(self.minimum, int(round(self.rng.normal(self.mean, self.std)))))

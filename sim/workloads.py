@@ -9,11 +9,18 @@ its devices from it (``Workload.shards``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import count
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.data import Dataset, load_mnist, make_partition
+
+if TYPE_CHECKING:
+    from sim.controlled import Workbench
+    from sim.fleet import FleetSimulator
 
 __all__ = ["CHOICE", "HELD_BACK", "SUITE", "Workload", "workload"]
 
@@ -28,7 +35,8 @@ class Workload:
     ``speed_spread``: slowest device's per-sample time over the fastest's (1: all alike).
     ``speed_order``: "split" gives device i the i-th speed, slowest last, so with a label-sorted split the
     slowest devices hold the highest digits (as ``fleet bench peer`` does); "shuffled" decouples speed from
-    labels. Issue 28's probe: with "split" the default under-learns the slow devices' digits."""
+    labels. Issue 28's probe: with "split" the default under-learns the slow devices' digits.
+    ``gradients``: a run's length (its cap), where its final accuracy is read."""
 
     name: str
     split: str
@@ -39,6 +47,7 @@ class Workload:
     speed_order: str = "split"
     data_seed: int = 0
     split_seed: int = 0
+    gradients: int = 3000
 
     def data(self) -> tuple[Dataset, Dataset]:
         """The training digits and the held-out test digits of this workload's shuffle."""
@@ -58,6 +67,41 @@ class Workload:
             raise ValueError(f"speed_order must be 'split' or 'shuffled', got {self.speed_order!r}")
         return ms
 
+    def batches(self) -> list[int] | None:
+        """Each device's mini-batch when I-Prof sizes it (``batch`` None): every task takes the fastest
+        device's time for 100 examples (its time SLO, met exactly: what I-Prof converges to); None for a
+        fixed batch."""
+        if self.batch is not None:
+            return None
+        seconds = self.speeds() + 1.0  # 1 ms of compute a sample on top of each device's delay
+        return [max(1, int(100 * seconds.min() / s)) for s in seconds]
+
+    def fleet(
+        self,
+        bench: Workbench,
+        strategy: Callable[[], Any],
+        *,
+        seed: int,
+        evaluations: int = 40,
+        **kwargs: Any,
+    ) -> FleetSimulator:
+        """The simulated fleet of this workload: always online, each device at its fixed speed (1 ms of
+        compute a sample plus its delay, the peer benchmark's timing) on its own shard, evaluated
+        ``evaluations`` times over the run."""
+        from sim.fleet import FleetSimulator
+        from sim.population import FleetTiming
+
+        shards = self.shards(bench.train)
+        dealt = count()
+        timing = FleetTiming(flops_per_sample=1e6, latency_median=0.005, latency_sigma=0.3,
+                             mean_online=1e12, mean_offline=1e-3, churn=0.0)  # fmt: skip
+        return FleetSimulator(
+            bench, strategy, devices=self.devices, seed=seed, timing=timing,
+            shard_for=lambda _rng: shards[next(dealt) % len(shards)], batch=self.batch or 100,
+            batches=self.batches(), speeds=[1.0 / (ms + 1.0) for ms in self.speeds()],
+            eval_every_gradients=max(1, self.gradients // evaluations), **kwargs,
+        )  # fmt: skip
+
 
 SUITE: tuple[Workload, ...] = (
     # the split, at the peer benchmark's shape (20 devices, CNN, batch 100, 7x spread)
@@ -73,12 +117,15 @@ SUITE: tuple[Workload, ...] = (
     Workload("labels2-mlp", "labels-2", model="mlp", data_seed=7, split_seed=7),
     Workload("dirichlet0.5-logreg", "dirichlet-0.5", model="logreg", data_seed=8, split_seed=8),
     Workload("labels1-mlp", "labels-1", model="mlp", data_seed=9, split_seed=9),
+    Workload("adjacent-mlp", "adjacent", model="mlp", data_seed=17),  # slowest devices hold 8 and 9
     # the batch
-    Workload("labels2-batch32", "labels-2", batch=32, data_seed=10, split_seed=10),
+    Workload("labels2-batch32", "labels-2", batch=32, data_seed=10, split_seed=10, gradients=6000),
     Workload("dirichlet0.1-iprof", "dirichlet-0.1", batch=None, data_seed=11, split_seed=11),
     # the fleet size and the speed spread
     Workload("labels2-100dev", "labels-2", devices=100, data_seed=12, split_seed=12),
-    Workload("labels1-1000dev", "labels-1", devices=1000, model="mlp", data_seed=13, split_seed=13),
+    Workload(
+        "labels1-1000dev", "labels-1", devices=1000, model="mlp", data_seed=13, split_seed=13, gradients=8000
+    ),  # fmt: skip
     Workload("dirichlet0.5-even", "dirichlet-0.5", speed_spread=1.0, data_seed=14, split_seed=14),
     Workload("labels4-30x", "labels-4", speed_spread=30.0, data_seed=15, split_seed=15),
 )
@@ -95,6 +142,7 @@ CHOICE: tuple[str, ...] = (
     "dirichlet0.5-even",
     "labels4-cnn",
     "adjacent-shuffled",
+    "adjacent-mlp",
 )
 HELD_BACK: tuple[str, ...] = tuple(w.name for w in SUITE if w.name not in CHOICE)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
-from lab.experiments.default_search import WORKLOADS, Run, simulator
+from lab.experiments.peer_fleets import WORKLOADS, Run, simulator
 from lab.render import figure
 from server.strategies.base import Arrival
 from server.strategies.wrappers import StrategyWrapper
@@ -61,7 +61,7 @@ class Recorder(StrategyWrapper):
 
 
 def record(name: str, lr: float, cap: int) -> dict[str, Any]:
-    from lab.experiments.default_search import candidates
+    from lab.experiments.peer_fleets import candidates
 
     build, _ = candidates()[name]
     recorders: list[Recorder] = []

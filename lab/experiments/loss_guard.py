@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
-from lab.experiments.default_search import REPORT_SEEDS, TUNE_SEED, WORKLOADS, Run, collapsed, simulator
+from lab.experiments.peer_fleets import REPORT_SEEDS, TUNE_SEED, WORKLOADS, Run, collapsed, simulator
 from lab.render import figure
 
 RATES = (0.2, 0.4, 0.8, 1.6, 3.2, 6.4)

@@ -22,6 +22,7 @@ from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
+from server.strategies.fedbuff_equal import FedBuffEqual
 from server.strategies.guard import LossGuard
 from server.strategies.kardam import Kardam
 from server.strategies.mapa import MAPA
@@ -30,19 +31,27 @@ from server.strategies.ssgd import SSGD
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
 from server.strategies.wkafl import WKAFL
-from server.strategies.wrappers import ClipNorm, StrategyWrapper, WarmUp, WrapperSettings
+from server.strategies.wrappers import (
+    ClipNorm,
+    EqualShare,
+    Momentum,
+    StrategyWrapper,
+    WarmUp,
+    WrapperSettings,
+)
 
-DEFAULT_STRATEGY = "dynsgd-clip"  # chosen by issue 19's measurements (docs/results/default-search.md)
+DEFAULT_STRATEGY = "fedbuff-equal"  # chosen on half of a workload suite (docs/results/default-search.md)
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (AdaBuff, AdaSGD, AUDP, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, MAPA, SSGD)
-    + (SASGD, TWAFL, VanDijk, WKAFL)
+    + (FedBuffEqual, SASGD, TWAFL, VanDijk, WKAFL)
 }
 
 # applied in the order listed in the settings, the first one innermost (server/compose.py wrap_strategy)
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
-    cls.settings.model_fields["name"].default: cls for cls in (Kardam, ClipNorm, WarmUp, LossGuard)
+    cls.settings.model_fields["name"].default: cls
+    for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, Momentum)
 }
 
 
@@ -129,13 +138,16 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "DynSGD",
     "DynSGDClip",
+    "EqualShare",
     "FedAdam",
     "FedAvgAsync",
     "FedBuff",
+    "FedBuffEqual",
     "FedYogi",
     "Kardam",
     "LossGuard",
     "MAPA",
+    "Momentum",
     "SASGD",
     "SSGD",
     "STRATEGIES",

@@ -111,6 +111,9 @@ class ClipNormSettings(WrapperSettings):
     )
     window: int = Field(100, ge=1, description="the median is over this many last gradients' norms")
     bootstrap: int = Field(5, ge=0, description="gradients that only fill the history before clipping starts")
+    until: int | None = Field(
+        None, ge=0, description="clip only the first this many gradients (unset: always)"
+    )
 
 
 class ClipNorm(StrategyWrapper):
@@ -123,12 +126,19 @@ class ClipNorm(StrategyWrapper):
     settings = ClipNormSettings
 
     def __init__(
-        self, inner: Strategy, *, factor: float = 1.0, window: int = 100, bootstrap: int = 5
+        self,
+        inner: Strategy,
+        *,
+        factor: float = 1.0,
+        window: int = 100,
+        bootstrap: int = 5,
+        until: int | None = None,
     ) -> None:
         super().__init__(inner)
-        self.factor, self.window, self.bootstrap = factor, window, bootstrap
+        self.factor, self.window, self.bootstrap, self.until = factor, window, bootstrap, until
         self.norms: deque[float] = deque(maxlen=window)
         self.clipped = 0
+        self.seen = 0
         self._limit: list[float | None] = []  # the threshold, cached until the history changes
 
     def threshold(self) -> float | None:
@@ -139,6 +149,9 @@ class ClipNorm(StrategyWrapper):
         return self._limit[0]
 
     def receive(self, arrival: Arrival) -> float:
+        self.seen += 1
+        if self.until is not None and self.seen > self.until:
+            return self.inner.receive(arrival)
         norm = float(np.linalg.norm(arrival.gradient))
         limit = self.threshold()
         self.norms.append(norm)
@@ -152,12 +165,18 @@ class ClipNorm(StrategyWrapper):
         return {**super().describe(), "clip_threshold": self.threshold(), "clipped": self.clipped}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.inner.state_dict(), "clip_norms": list(self.norms), "clipped": self.clipped}
+        return {
+            **self.inner.state_dict(),
+            "clip_norms": list(self.norms),
+            "clipped": self.clipped,
+            "clip_seen": self.seen,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)
         self.norms = deque((float(n) for n in state.get("clip_norms", [])), maxlen=self.window)
         self.clipped = int(state.get("clipped", 0))
+        self.seen = int(state.get("clip_seen", 0))
         self._limit = []
 
 
@@ -201,3 +220,90 @@ class WarmUp(StrategyWrapper):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)
         self.seen = int(state.get("warmup_seen", 0))
+
+
+class MomentumSettings(WrapperSettings):
+    name: Literal["momentum"] = "momentum"
+    beta: float = Field(0.9, ge=0, lt=1, description="server momentum: the share of the last step kept")
+
+
+class Momentum(StrategyWrapper):
+    """Server momentum (heavy ball on the server's steps, as FedAvgM): each update moves by the inner
+    strategy's step plus ``beta`` × the previous move. The effective rate is γ/(1 − β)."""
+
+    settings = MomentumSettings
+
+    def __init__(self, inner: Strategy, *, beta: float = 0.9) -> None:
+        super().__init__(inner)
+        self.beta = beta
+        self.velocity: np.ndarray | None = None
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        step = self.inner.aggregate(params) - params
+        if self.velocity is not None and self.velocity.shape == step.shape:
+            step += np.float32(self.beta) * self.velocity
+        self.velocity = step
+        return params + step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.inner.state_dict(), "momentum_velocity": self.velocity}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+        velocity = state.get("momentum_velocity")
+        self.velocity = None if velocity is None else np.asarray(velocity, dtype=np.float32)
+
+
+class EqualShareSettings(WrapperSettings):
+    name: Literal["equal-share"] = "equal-share"
+    window: int = Field(200, ge=1, description="the shares are counted over this many last arrivals")
+    cap: float = Field(4.0, ge=1, description="no gradient is weighed more than this × or less than 1/this ×")
+
+
+class EqualShare(StrategyWrapper):
+    """Weigh each gradient by how rarely its device arrives, so every device active lately moves the model
+    alike: without it a device 3× faster pulls the model 3× harder toward its own data, and with
+    label-skewed data the slow devices' classes are under-learned (issue 28). Each device's weight is the
+    mean count per active device over the last ``window`` arrivals divided by its own count (mean weight
+    1, so the rate is unchanged), bounded by ``cap`` either way; FedAU (Wang and Ji 2023) weighs by the
+    participation interval to the same end."""
+
+    settings = EqualShareSettings
+
+    def __init__(self, inner: Strategy, *, window: int = 200, cap: float = 4.0) -> None:
+        super().__init__(inner)
+        self.window, self.cap = window, cap
+        self.recent: deque[str] = deque(maxlen=window)
+        self.counts: dict[str, int] = {}
+
+    def share(self, device_id: str) -> float:
+        """The factor ``device_id``'s next gradient is weighed by (after it is counted)."""
+        mean = len(self.recent) / max(1, len(self.counts))
+        return min(self.cap, max(1.0 / self.cap, mean / max(1, self.counts.get(device_id, 0))))
+
+    def _count(self, device_id: str) -> None:
+        if len(self.recent) == self.recent.maxlen:
+            gone = self.recent[0]
+            self.counts[gone] -= 1
+            if not self.counts[gone]:
+                del self.counts[gone]
+        self.recent.append(device_id)
+        self.counts[device_id] = self.counts.get(device_id, 0) + 1
+
+    def receive(self, arrival: Arrival) -> float:
+        self._count(arrival.device_id)
+        factor = self.share(arrival.device_id)
+        before = len(self.inner.buffer)
+        weight = self.inner.receive(arrival)
+        if len(self.inner.buffer) > before:  # buffered (a filter may have dropped it)
+            self.inner.buffer[-1].weight *= factor
+        return weight * factor
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.inner.state_dict(), "equal_share_recent": list(self.recent)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+        self.recent, self.counts = deque(maxlen=self.window), {}
+        for device_id in state.get("equal_share_recent", []):
+            self._count(str(device_id))

@@ -1,0 +1,122 @@
+"""Issue 28's second probe: candidate defaults on the choice half, before the experiment measures them.
+
+Not an experiment (no plans, no results file): each arm on each given workload (sim/workloads.py) in the
+simulator with the peer benchmark's timing, printing one JSON line per run: the accuracy curve, the
+curve of a Polyak average of the parameters (an EMA over ~``--ema`` gradients, evaluated beside the
+served model), and the per-class recall at the end. ``python -m lab.probes.default_candidates
+labels1-mlp labels2-cnn --arms old,fedbuff``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from itertools import count
+from typing import Any
+
+import numpy as np
+
+
+def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
+    """name → (the strategy at a rate, its own rate)."""
+    from server.strategies import DynSGD, DynSGDClip, FedBuff
+    from server.strategies.wrappers import ClipNorm, EqualShare, Momentum, WarmUp
+
+    def buff(k: int, factor: float | None, until: int | None = None) -> Callable[[float], Any]:
+        def build(lr: float) -> Any:
+            inner = FedBuff(learning_rate=lr, k=k)
+            if factor is not None:
+                inner = ClipNorm(inner, factor=factor, until=until)
+            return EqualShare(WarmUp(inner))
+
+        return build
+
+    return {
+        "old": (lambda lr: DynSGDClip(learning_rate=lr), 0.5),
+        "dynsgd": (lambda lr: DynSGD(learning_rate=lr), 0.2),
+        "fedbuff": (lambda lr: FedBuff(learning_rate=lr, k=10), 0.4),
+        "dynsgd+warmclip": (lambda lr: WarmUp(ClipNorm(DynSGD(learning_rate=lr), until=200)), 0.5),
+        "old+momentum": (lambda lr: Momentum(DynSGDClip(learning_rate=lr)), 0.05),
+        "old+equal": (lambda lr: EqualShare(DynSGDClip(learning_rate=lr)), 0.5),
+        "n1": (buff(5, 1.0), 0.4),
+        "n2": (buff(5, 2.0), 0.4),
+        "n10-1": (buff(10, 1.0), 0.5),
+        "n-warmclip": (buff(5, 1.0, until=200), 0.4),
+        "n-noclip": (buff(5, None), 0.4),
+        "k1-warmclip": (buff(1, 1.0, until=200), 0.4),
+        "k1-clip2": (buff(1, 2.0), 0.4),
+        "k1-noclip": (buff(1, None), 0.4),
+    }
+
+
+def peer_speeds(milliseconds: np.ndarray) -> list[float]:
+    """'GFLOP/s' at 1e6 flops a sample such that a sample takes 1 ms of compute + its delay."""
+    return [1.0 / (ms + 1.0) for ms in milliseconds]
+
+
+def run(name: str, arm: str, gradients: int, ema: int, factor: float = 1.0) -> dict[str, Any]:
+    from models.manifest import builtin
+    from sim.controlled import Workbench
+    from sim.fleet import FleetSimulator
+    from sim.population import FleetTiming
+    from sim.workloads import workload
+
+    build, base = arms()[arm]
+    w = workload(name)
+    train, test = w.data()
+    bench = Workbench(builtin(w.model), train, test)
+    shards = w.shards(train)
+    timing = FleetTiming(flops_per_sample=1e6, latency_median=0.005, latency_sigma=0.3,
+                         mean_online=1e12, mean_offline=1e-3, churn=0.0)  # fmt: skip
+    joined = count()
+    averaged: list[float] = []
+    state: dict[str, Any] = {"ema": None}
+    decay = 1.0 - 1.0 / ema
+
+    class Probe(FleetSimulator):
+        def _push(self, i: int, grant: Any, drawn: Any) -> None:
+            params = self.core.run.params
+            state["ema"] = params.copy() if state["ema"] is None else decay * state["ema"] + (1 - decay) * params
+            super()._push(i, grant, drawn)
+
+        def _evaluate(self) -> None:
+            super()._evaluate()
+            if state["ema"] is not None:
+                averaged.append(self.bench.evaluate(state["ema"], None)[0])
+            else:
+                averaged.append(self.result.accuracy[-1])
+
+    sim = Probe(
+        bench, lambda: build(base * factor), devices=w.devices, seed=1, timing=timing,
+        shard_for=lambda _rng: shards[next(joined) % len(shards)], batch=w.batch or 100,
+        speeds=peer_speeds(w.speeds()), eval_every_gradients=max(1, gradients // 40),
+    )  # fmt: skip
+    started = time.perf_counter()
+    result = sim.run(max_gradients=gradients)
+    recall = bench.evaluator.per_class_recall(sim.core.run.params)
+    return {
+        "workload": name, "arm": arm, "lr": base * factor, "final": round(float(np.mean(result.accuracy[-5:])), 4),
+        "final_ema": round(float(np.mean(averaged[-5:])), 4), "best": max(result.accuracy),
+        "times": [round(t, 2) for t in result.times], "accuracy": result.accuracy, "ema": averaged,
+        "recall": [round(float(r), 2) for r in recall], "diverged": result.diverged,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+")
+    parser.add_argument("--arms", default=",".join(arms()))
+    parser.add_argument("--gradients", type=int, default=3000)
+    parser.add_argument("--ema", type=int, default=200)
+    args = parser.parse_args()
+    for name in args.workloads:
+        for arm in args.arms.split(","):
+            arm, _, factor = arm.partition("@")
+            print(json.dumps(run(name, arm, args.gradients, args.ema, float(factor or 1))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

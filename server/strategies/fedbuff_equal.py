@@ -1,0 +1,54 @@
+"""FedBuff with equal shares, Fleet's default (issue 28): K = 5 gradients averaged with 1/sqrt(1+τ)
+dampening, each weighed by how rarely its device arrives, the rate ramped up over the first 200
+gradients, and gradients beyond a multiple of the recent median norm clipped.
+
+Chosen on half of a workload suite and checked on the other half (docs/results/default-search.md). The
+old default, DynSGDClip, plateaued below the other strategies when the slowest devices held their own
+digits: 1/(τ+1) dampening and clipping every gradient to the median norm both shrink exactly the
+gradients of the slow devices and of the classes the model knows least. Here the dampening is mild,
+the clip only cuts outliers, and equal shares undo the pull of fast devices.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from server.strategies.base import StrategySettings
+from server.strategies.fedbuff import FedBuff
+from server.strategies.wrappers import ClipNorm, EqualShare, WarmUp
+
+
+class FedBuffEqualSettings(StrategySettings):
+    """A named preset: ``fedbuff`` inside the wrappers clip-norm, warm-up and equal-share."""
+
+    name: Literal["fedbuff-equal"] = "fedbuff-equal"
+    clip_factor: float = Field(
+        2.0, gt=0, description="clip each gradient to this × the median norm of the last 100"
+    )
+    clip_gradients: int | None = Field(
+        None, ge=0, description="clip only the first this many gradients (unset: always)"
+    )
+    warmup_gradients: int = Field(200, ge=0, description="the rate is ramped up over this many gradients")
+    share_window: int = Field(200, ge=1, description="each device's share is counted over this many arrivals")
+
+
+class FedBuffEqual(EqualShare):
+    name = "fedbuff-equal"  # type: ignore[assignment]
+    settings = FedBuffEqualSettings  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.4,
+        k: int = 5,
+        time_window: float | None = None,
+        clip_factor: float = 2.0,
+        clip_gradients: int | None = None,
+        warmup_gradients: int = 200,
+        share_window: int = 200,
+    ) -> None:
+        inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
+        clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
+        super().__init__(WarmUp(clipped, gradients=warmup_gradients), window=share_window)
