@@ -78,7 +78,8 @@ def run(name: str, arm: str, gradients: int, ema: int, factor: float = 1.0) -> d
     class Probe(FleetSimulator):
         def _push(self, i: int, grant: Any, drawn: Any) -> None:
             params = self.core.run.params
-            state["ema"] = params.copy() if state["ema"] is None else decay * state["ema"] + (1 - decay) * params
+            previous = state["ema"]
+            state["ema"] = params.copy() if previous is None else decay * previous + (1 - decay) * params
             super()._push(i, grant, drawn)
 
         def _evaluate(self) -> None:
@@ -97,7 +98,8 @@ def run(name: str, arm: str, gradients: int, ema: int, factor: float = 1.0) -> d
     result = sim.run(max_gradients=gradients)
     recall = bench.evaluator.per_class_recall(sim.core.run.params)
     return {
-        "workload": name, "arm": arm, "lr": base * factor, "final": round(float(np.mean(result.accuracy[-5:])), 4),
+        "workload": name, "arm": arm, "lr": base * factor,
+        "final": round(float(np.mean(result.accuracy[-5:])), 4),
         "final_ema": round(float(np.mean(averaged[-5:])), 4), "best": max(result.accuracy),
         "times": [round(t, 2) for t in result.times], "accuracy": result.accuracy, "ema": averaged,
         "recall": [round(float(r), 2) for r in recall], "diverged": result.diverged,
