@@ -48,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "soak": "lab.bench.soak",
     "chaos": "lab.bench.chaos",
     "peer": "lab.bench.peer",
+    "peer-adjacent": "lab.bench.peer_adjacent",
     "console": "lab.bench.console_pages",
     "dp": "lab.bench.dp_overhead",
     "scale-out": "lab.bench.scale_out",

@@ -71,6 +71,8 @@ def settings_for(tmp_path: Path, **overrides: Any):
         "rate_limit_per_second": 1000.0,
         "rate_limit_burst": 1000,
     }
+    if "strategy" not in overrides:  # the default buffers K = 5 gradients; these tests step on each push
+        values["k"] = 1
     values.update(overrides)
     return Settings(**values)
 

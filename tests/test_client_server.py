@@ -23,6 +23,7 @@ def test_worker_trains_against_the_real_app_until_finished(tmp_path, database_ur
         admin_token="admin",
         max_versions=3,
         eval_data=None,
+        k=1,  # a version per task (the default buffers 5)
     )
     rng = np.random.default_rng(0)
     data = DeviceData(rng.integers(0, 256, (40, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, 40))

@@ -110,19 +110,29 @@ def test_async_vs_sync_quick_has_staleness_only_where_async(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_default_search_quick_reports_the_shipped_default_untuned(tmp_path):
+def test_default_search_quick_chooses_on_one_half_and_reports_on_the_other(tmp_path):
     from server.settings import Settings
 
     run_experiment("default-search", quick=True, out_dir=tmp_path)
     data = outputs_exist(tmp_path, "default-search-quick")
     s = data["summary"]
-    assert s["default"] == Settings(_env_file=None).strategy.name
-    default_row = next(name for name in s["table"] if "(default, untuned)" in name)
-    assert s["table"][default_row]["lr"] == s["default_rate"]
-    # every run is in the table: a miss is counted at its end (censored), never dropped
-    for row in s["table"].values():
-        assert len(row["quick-20"]["time"]["per_seed"]) == len(s["seeds"])
-    assert "Rate curves" in (tmp_path / "default-search-quick.md").read_text()
+    choice, held = s["choice_workloads"], s["held_back_workloads"]
+    assert set(choice).isdisjoint(held) and list(s["held_back"]) == held
+    # the candidates were ranked on the choice half only; the chosen one's rate curve is on the other
+    assert s["chosen"] in s["choice"] and s["chosen"] == f"{s['default']}@{s['default_rate']}"
+    runs = data["runs"]
+    assert not any(r["run"]["workload"] in choice and r["run"]["lr"] == 4 * s["default_rate"] for r in runs)
+    for wl in held:
+        h = s["held_back"][wl]
+        assert h["target"] == pytest.approx(h["best_final"] - 0.01, abs=1e-4)
+        finals = [r["final"] for r in runs if r["run"]["workload"] == wl]
+        assert h["best_final"] == max(finals)  # every run counts, a miss included
+        assert {float(f) for f in h["rate_curve"]} == {1.0, 4.0}
+    checks = {"reaches_target", "within_1.1x", "final_within_0.5", "no_divergence_x0.25_to_x4"}
+    assert set(s["passed"]) == checks
+    assert s["shipped"]["strategy"] == Settings(_env_file=None).strategy.name
+    text = (tmp_path / "default-search-quick.md").read_text()
+    assert "Held-back workloads" in text and "Choice half" in text
 
 
 @pytest.mark.timeout(180)

@@ -18,7 +18,7 @@ from server.strategies import (
     WRAPPERS,
     Arrival,
     ClipNorm,
-    DynSGDClip,
+    FedBuffEqual,
     Kardam,
     LossGuard,
     WarmUp,
@@ -73,11 +73,13 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
                     continue
                 assert field.default == known.get((name, key), own[key]), (name, key)
     default = settings()
-    assert default.strategy.name == "dynsgd-clip" and default.wrappers == []
-    assert strategy_params(default) == {"clip_factor": 1.0, "warmup_gradients": 200}
+    assert default.strategy.name == "fedbuff-equal" and default.wrappers == []
+    assert strategy_params(default) == {"clip_factor": 2.0, "warmup_gradients": 200, "share_window": 200}
     built = build_strategy(default)
-    assert type(built) is DynSGDClip and built.learning_rate == 0.5 and built.gradients == 200
-    assert isinstance(built.inner, ClipNorm) and built.inner.factor == 1.0
+    assert type(built) is FedBuffEqual and built.learning_rate == 0.4 and built.k == 5
+    warm_up = built.inner
+    assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200
+    assert isinstance(warm_up.inner, ClipNorm) and warm_up.inner.factor == 2.0 and warm_up.inner.until is None
 
 
 def test_old_flat_names_still_configure_the_strategy_and_kardam():
@@ -108,13 +110,13 @@ def test_old_flat_names_still_configure_the_strategy_and_kardam():
         ({"FLEET_STRATEGY": '{"name": "ssgd", "over_selection": 1.3}', "FLEET_K": "5"},
          {"name": "ssgd", "over_selection": 1.3, "k": 5}, []),
         ({"FLEET_CLIP_FACTOR": "2", "FLEET_WARMUP_GRADIENTS": "10"},
-         {"name": "dynsgd-clip", "clip_factor": 2.0, "warmup_gradients": 10}, []),
+         {"name": "fedbuff-equal", "clip_factor": 2.0, "warmup_gradients": 10}, []),
         ({"FLEET_KARDAM": "true", "FLEET_KARDAM_F": "2", "FLEET_KARDAM_WARMUP": "drop"},
-         {"name": "dynsgd-clip"}, [{"name": "kardam", "f": 2, "warmup": "drop"}]),
+         {"name": "fedbuff-equal"}, [{"name": "kardam", "f": 2, "warmup": "drop"}]),
         ({"FLEET_WRAPPERS": "clip-norm,loss-guard", "FLEET_KARDAM": "1"},
-         {"name": "dynsgd-clip"}, [{"name": "clip-norm"}, {"name": "loss-guard"}, {"name": "kardam"}]),
+         {"name": "fedbuff-equal"}, [{"name": "clip-norm"}, {"name": "loss-guard"}, {"name": "kardam"}]),
         ({"FLEET_WRAPPERS": '[{"name": "warm-up", "gradients": 7}]'},
-         {"name": "dynsgd-clip"}, [{"name": "warm-up", "gradients": 7}]),
+         {"name": "fedbuff-equal"}, [{"name": "warm-up", "gradients": 7}]),
     ],
 )  # fmt: skip
 def test_environment_variables_map_onto_the_structure(monkeypatch, env, strategy, wrappers):

@@ -102,23 +102,40 @@ def test_unset_rate_and_k_leave_each_strategy_its_own_defaults():
     assert strategy_params(Settings(strategy="fedbuff", learning_rate=0.3, k=4))["k"] == 4
 
 
-def test_the_default_configuration_is_dynsgd_clip_at_its_own_rate():
+def test_the_default_configuration_is_fedbuff_equal_at_its_own_rate():
     from server.compose import strategy_params
     from server.settings import Settings
-    from server.strategies import DynSGDClip
+    from server.strategies import FedBuffEqual
 
     settings = Settings(_env_file=None)
     strategy = make_strategy(settings.strategy, **strategy_params(settings))
-    assert isinstance(strategy, DynSGDClip)
-    assert strategy.learning_rate == DynSGDClip().learning_rate and strategy.k == 1
-    assert strategy.describe()["strategy"] == "dynsgd-clip"
-    # clipping and warm-up act: a 10x gradient after five normal ones is cut to the median norm
+    assert isinstance(strategy, FedBuffEqual)
+    assert strategy.learning_rate == FedBuffEqual().learning_rate == 0.4 and strategy.k == 5
+    assert strategy.describe()["strategy"] == "fedbuff-equal"
+    # one device, so equal shares weigh 1; five normal gradients fill the median, a 10x one is cut to 2x it
     for i in range(5):
         strategy.receive(arrival([1.0, 0.0], task=str(i)))
-        strategy.aggregate(np.zeros(2, np.float32))
-    strategy.receive(arrival([10.0, 0.0]))
+    strategy.aggregate(np.zeros(2, np.float32))
+    for i in range(4):
+        strategy.receive(arrival([1.0, 0.0], task=f"b{i}"))
+    strategy.receive(arrival([10.0, 0.0], task="big"))
     step = -strategy.aggregate(np.zeros(2, np.float32))
-    assert step[0] == pytest.approx(strategy.learning_rate * (6 + 1) / 200 * 1.0)  # warm-up after 6 gradients
+    dampening = 1.0  # every arrival at staleness 0
+    assert step[0] == pytest.approx(0.4 * (10 + 1) / 200 * dampening * (4 + 2) / 5, rel=1e-5)
+
+
+def test_clipnorm_until_clips_only_the_first_gradients():
+    strategy = ClipNorm(FedBuff(learning_rate=1.0, k=1), factor=1.0, bootstrap=1, until=2)
+    strategy.receive(arrival([1.0]))
+    strategy.aggregate(np.zeros(1, np.float32))
+    strategy.receive(arrival([5.0]))  # the second: clipped to the median, 1
+    assert -strategy.aggregate(np.zeros(1, np.float32))[0] == pytest.approx(1.0)
+    strategy.receive(arrival([5.0]))  # the third: past ``until``, left alone
+    assert -strategy.aggregate(np.zeros(1, np.float32))[0] == pytest.approx(5.0)
+    assert strategy.clipped == 1
+    restored = ClipNorm(FedBuff(learning_rate=1.0, k=1), factor=1.0, bootstrap=1, until=2)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert restored.seen == 3
 
 
 def lossy(loss: float, task: str = "t") -> Arrival:

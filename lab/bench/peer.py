@@ -45,8 +45,8 @@ from server.strategies import default_strategy
 
 Arm = FleetArm | FlowerArm
 
-# Fleet untuned, then the issue's best rates per strategy and the default strategy at the rate the
-# simulated search tuned (docs/results/default-search.md); "fleet:x0.25" and "fleet:x4": the default
+# Fleet untuned, then the issue's best rates per strategy, issue 19's default (dynsgd-clip) at the rate
+# its simulated search tuned and at its own; "fleet:x0.25" and "fleet:x4": the default
 # strategy at a quarter and four times its own rate (does a wrong rate forgive?).
 FLEET_ARMS = (
     "fleet",
@@ -54,6 +54,7 @@ FLEET_ARMS = (
     "fleet:dynsgd:0.2",
     "fleet:adasgd:0.05",
     "fleet:dynsgd-clip:0.8",
+    "fleet:dynsgd-clip:0.5",  # the default until issue 28, at its own rate
     "fleet:x0.25",
     "fleet:x4",
 )
@@ -76,6 +77,7 @@ class Plan(LabPlan):
     flower: bool = True
     install_flower: bool = True  # create Flower's venv when missing (FLEET_PEER_FLOWER=1 forces it)
     seed: int = 0
+    split: str = "sorted"  # the devices' shards (lab/bench/peer_workload.py); peer-adjacent: "adjacent"
 
 
 QUICK = Plan(
@@ -215,7 +217,7 @@ def run(plan: Plan, ctx: Context) -> Result:
     load_before = [round(x, 2) for x in os.getloadavg()]
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fleet-peer-") as tmp:
-        workload = write_workload(Path(tmp) / "workload", plan.devices, seed=plan.seed)
+        workload = write_workload(Path(tmp) / "workload", plan.devices, seed=plan.seed, split=plan.split)
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[line]}"))
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             for n, (phase, arm) in enumerate(schedule):
@@ -242,6 +244,7 @@ def run(plan: Plan, ctx: Context) -> Result:
             "delays_ms": workload.delays_ms,
             "labels": workload.labels,
             "init_sha256": workload.init_sha256,
+            "split": plan.split,
         },
     }
     return report(results, meta)

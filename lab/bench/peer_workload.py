@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.data import Dataset, load_mnist, partition_sorted_shards
+from sim.data import Dataset, load_mnist, make_partition
 
 MODEL = "mnist_cnn"
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "artifacts" / MODEL
@@ -53,13 +53,15 @@ def delays_ms(devices: int) -> tuple[float, ...]:
     return tuple(round(float(d), 6) for d in np.linspace(*DELAY_MS, devices))
 
 
-def build_shards(devices: int, *, seed: int = 0) -> tuple[list[Dataset], Dataset]:
-    """The devices' non-IID shards and the 1,000 held-out test digits (deterministic for ``seed``)."""
+def build_shards(devices: int, *, seed: int = 0, split: str = "sorted") -> tuple[list[Dataset], Dataset]:
+    """The devices' non-IID shards and the 1,000 held-out test digits (deterministic for ``seed``):
+    ``split`` "sorted" deals 2 label-sorted shards a device at random, "adjacent" gives each device two
+    adjacent ones (issue 28's sharper split: the slowest devices hold the last digits)."""
     train, test = load_mnist(seed=seed)
     if devices * PER_DEVICE > len(train):
         raise ValueError(f"{devices} devices × {PER_DEVICE} digits exceed the {len(train)} training digits")
     train = train.subset(np.arange(devices * PER_DEVICE))
-    parts = partition_sorted_shards(train.y, devices, np.random.default_rng(seed))
+    parts = make_partition(split, train.y, devices, np.random.default_rng(seed))
     return [train.subset(p) for p in parts], test
 
 
@@ -72,10 +74,10 @@ def params_sha256(flat: np.ndarray) -> str:
     return hashlib.sha256(np.asarray(flat, dtype="<f4").tobytes()).hexdigest()
 
 
-def write_workload(root: Path, devices: int, *, seed: int = 0) -> Workload:
+def write_workload(root: Path, devices: int, *, seed: int = 0, split: str = "sorted") -> Workload:
     """Write the workload's files under ``root`` (both systems read only these)."""
     root.mkdir(parents=True, exist_ok=True)
-    shards, test = build_shards(devices, seed=seed)
+    shards, test = build_shards(devices, seed=seed, split=split)
     for i, shard in enumerate(shards):
         shard.save(root / f"device_{i:03d}.npz")
     test.save(root / "test.npz")
@@ -93,6 +95,7 @@ def write_workload(root: Path, devices: int, *, seed: int = 0) -> Workload:
         "per_device": PER_DEVICE,
         "batch": BATCH,
         "seed": seed,
+        "split": split,
         "model": MODEL,
         "delays_ms": workload.delays_ms,
         "labels": workload.labels,

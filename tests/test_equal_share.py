@@ -1,0 +1,80 @@
+"""The EqualShare and Momentum wrappers (issue 28): by hand, bounded, and persisted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from server.store.codec import decode_state, encode_state
+from server.strategies import Arrival, FedBuff, make_strategy
+from server.strategies.wrappers import EqualShare, Momentum
+
+
+def arrival(device: str, gradient=(1.0,), task: str = "t") -> Arrival:
+    return Arrival(task, device, 0, 0, np.asarray(gradient, np.float32), None, 2, None, 0.0)
+
+
+def test_a_device_arriving_three_times_as_often_is_weighed_a_third_as_much():
+    strategy = EqualShare(FedBuff(learning_rate=1.0, k=100), window=8)
+    weights = [strategy.receive(arrival(d)) for d in "ffffffss"[:6] + "fs"]  # warm the window
+    weights = [strategy.receive(arrival(d)) for d in "fffsfffs"]  # steady state: f 6 of 8, s 2 of 8
+    fast, slow = weights[-2], weights[-1]
+    assert fast == pytest.approx(4 / 6) and slow == pytest.approx(4 / 2)
+    assert slow / fast == pytest.approx(3.0)
+    # the buffered weight is the one the step uses
+    assert strategy.buffer[-1].weight == pytest.approx(slow)
+
+
+def test_shares_average_to_one_so_the_rate_is_unchanged():
+    strategy = EqualShare(FedBuff(learning_rate=1.0, k=10_000), window=60)
+    rng = np.random.default_rng(0)
+    devices = rng.choice(["a", "b", "c", "d"], p=[0.55, 0.25, 0.15, 0.05], size=600)
+    weights = [strategy.receive(arrival(str(d))) for d in devices]
+    assert np.mean(weights[-60:]) == pytest.approx(1.0, abs=0.25)
+    assert max(weights[-60:]) / min(weights[-60:]) > 3  # and yet they differ: the rare device weighs more
+
+
+def test_a_lone_rare_device_is_not_weighed_beyond_the_cap():
+    strategy = EqualShare(FedBuff(learning_rate=1.0, k=1000), window=100, cap=4.0)
+    for _ in range(99):
+        strategy.receive(arrival("busy"))
+    assert strategy.receive(arrival("rare")) == pytest.approx(4.0)  # 50 / 1, capped
+    assert strategy.receive(arrival("busy")) >= 1 / 4.0
+
+
+def test_equal_shares_survive_a_restart():
+    strategy = EqualShare(FedBuff(learning_rate=1.0, k=100), window=5)
+    for d in "aabab":
+        strategy.receive(arrival(d))
+    restored = EqualShare(FedBuff(learning_rate=1.0, k=100), window=5)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert restored.counts == strategy.counts == {"a": 3, "b": 2}
+    assert restored.share("b") == strategy.share("b")
+
+
+def test_momentum_adds_beta_times_the_last_move():
+    strategy = Momentum(FedBuff(learning_rate=1.0, k=1), beta=0.5)
+    params = np.zeros(1, np.float32)
+    moves = []
+    for _ in range(3):
+        strategy.receive(arrival("a", (1.0,)))
+        new = strategy.aggregate(params)
+        moves.append(float((new - params)[0]))
+        params = new
+    assert moves == pytest.approx([-1.0, -1.5, -1.75])
+    restored = Momentum(FedBuff(learning_rate=1.0, k=1), beta=0.5)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    np.testing.assert_allclose(restored.velocity, strategy.velocity)
+
+
+WRAPPED = [{"name": "equal-share", "window": 50}, {"name": "momentum", "beta": 0.8}]
+
+
+@pytest.mark.parametrize("wrapper", WRAPPED)
+def test_the_new_wrappers_are_chosen_from_settings(wrapper):
+    from server.compose import build_strategy
+    from server.settings import Settings
+
+    strategy = build_strategy(Settings(_env_file=None, strategy="fedbuff", wrappers=[wrapper]))
+    assert type(strategy).__name__ == {"equal-share": "EqualShare", "momentum": "Momentum"}[wrapper["name"]]
+    assert make_strategy("fedbuff-equal", share_window=7).window == 7
