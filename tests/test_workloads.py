@@ -82,3 +82,25 @@ def test_every_workload_builds_devices_that_each_hold_data(w):
     speeds = w.speeds()
     assert len(speeds) == w.devices and speeds.max() / speeds.min() == pytest.approx(w.speed_spread)
     assert (np.diff(speeds) >= 0).all() == (w.speed_order == "split" or w.speed_spread == 1)
+
+
+def test_iprof_sized_batches_meet_one_time_slo_and_reach_the_devices():
+    from models.manifest import builtin
+    from server.core.types import TaskGrant, TaskRequest
+    from server.strategies import FedBuff
+    from sim.controlled import FEATURES, Workbench
+
+    w = workload("dirichlet0.1-iprof")
+    batches = w.batches()
+    seconds = w.speeds() + 1.0
+    assert batches[0] == 100 and batches == sorted(batches, reverse=True)
+    assert max(b * s for b, s in zip(batches, seconds, strict=True)) <= 100 * seconds[0]  # within the SLO
+    assert workload("labels2-cnn").batches() is None  # a fixed batch
+    train, test = w.data()
+    sim = w.fleet(Workbench(builtin(w.model), train, test), lambda: FedBuff(), seed=0)
+    granted = []
+    for vd in (sim.devices[0], sim.devices[-1]):
+        grant = sim.core.request_task(TaskRequest(vd.device, FEATURES, vd.counts))
+        assert isinstance(grant, TaskGrant)
+        granted.append(grant.batch_size)
+    assert granted == [batches[0], batches[-1]]

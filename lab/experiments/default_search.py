@@ -56,7 +56,8 @@ class Run:
     record: bool = False  # also record per-class recall over time and each device's clip ratio and step
 
     def key(self) -> str:
-        return f"{self.arm}_lr{self.lr}_{self.workload}_s{self.seed}" + ("_rec" if self.record else "")
+        arm = self.arm.replace("/", "+")  # a file name
+        return f"{arm}_lr{self.lr}_{self.workload}_s{self.seed}" + ("_rec" if self.record else "")
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -272,7 +273,8 @@ def _plot(result: Result) -> Any:
 
 QUICK_PLAN = SearchPlan(
     quick=True, choice=("labels1-mlp",), held_back=("labels2-mlp",), baselines=(("dynsgd", 0.2),),
-    candidates=(("fedbuff-equal", 0.4),), rate_factors=(1.0, 4.0), cause="adjacent-mlp", gradients=200,
+    candidates=(("fedbuff-equal", 0.4), ("fedbuff-equal/warm-clip", 0.4)), rate_factors=(1.0, 4.0),
+    cause="adjacent-mlp", gradients=200,
     workers=1,
 )  # fmt: skip
 EXPERIMENT = Experiment("default-search", QUICK_PLAN, SearchPlan(), run, _markdown, _plot, title="issue 28")

@@ -193,8 +193,8 @@ class Runner:
                     done[job] = output
                     steps.advance()
             finally:
-                if pool is not None:
-                    pool.shutdown()
+                if pool is not None:  # on an error, the runs not started yet are dropped, not waited for
+                    pool.shutdown(cancel_futures=True)
         return done
 
 
