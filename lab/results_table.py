@@ -53,7 +53,8 @@ def staleness_rows(data: dict[str, Any], name: str = "staleness", label: str = "
         )
     if default := s.get("default"):
         yield (
-            f"updates to 80%, {label} {' / '.join(dists)}: the default ({default}, untuned) vs DynSGD tuned",
+            f"updates to 80%, {label} {' / '.join(dists)}: the default when it ran ({default}, untuned) vs "
+            "DynSGD tuned",
             " / ".join(
                 f"{_cell(s['tables'][f'{d}/b'], default, 'updates_to_80')} vs "
                 f"{_cell(s['tables'][f'{d}/b'], 'dynsgd', 'updates_to_80')}"

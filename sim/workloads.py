@@ -122,7 +122,8 @@ SUITE: tuple[Workload, ...] = (
     Workload("labels2-batch32", "labels-2", batch=32, data_seed=10, split_seed=10, gradients=6000),
     Workload("dirichlet0.1-iprof", "dirichlet-0.1", batch=None, data_seed=11, split_seed=11),
     # the fleet size and the speed spread
-    Workload("labels2-100dev", "labels-2", devices=100, data_seed=12, split_seed=12),
+    Workload("labels2-100dev", "labels-2", devices=100, model="mlp", data_seed=12, split_seed=12,
+             gradients=10000),  # fmt: skip
     Workload(
         "labels1-1000dev", "labels-1", devices=1000, model="mlp", data_seed=13, split_seed=13, gradients=8000
     ),  # fmt: skip

@@ -69,13 +69,16 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         "",
         "## Choice half: the candidates' time to each workload's target over the best tuned run's",
         "",
-        "| candidate | worst ratio | mean ratio |",
-        "| --- | --- | --- |",
+        "| candidate | targets missed | worst ratio (over those reached) | mean ratio |",
+        "| --- | --- | --- | --- |",
     ]
     for cand, c in summary["choice"].items():
-        worst = "missed" if c["worst"] is None or c["worst"] == float("inf") else f"{c['worst']:.2f}×"
-        mean = "—" if c["mean"] is None or c["mean"] == float("inf") else f"{c['mean']:.2f}×"
-        lines.append(f"| {cand} | {worst} | {mean} |")
+        worst = "—" if c["worst"] is None else f"{c['worst']:.2f}×"
+        mean = "—" if c["mean"] is None else f"{c['mean']:.2f}×"
+        mark = " (chosen)" if cand == summary["chosen"] else ""
+        lines.append(
+            f"| {cand}{mark} | {c['missed']} of {len(summary['choice_workloads'])} | {worst} | {mean} |"
+        )
     lines += ["", "## Every run: final accuracy (time to the workload's target, ratio to the best)", ""]
     for wl, j in summary["judged"].items():
         half = "choice" if wl in summary["choice_workloads"] else "held back"

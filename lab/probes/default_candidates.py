@@ -22,7 +22,7 @@ import numpy as np
 def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
     """name → (the strategy at a rate, its own rate)."""
     from server.strategies import DynSGD, DynSGDClip, FedBuff
-    from server.strategies.wrappers import ClipNorm, EqualShare, Momentum, WarmUp
+    from server.strategies.wrappers import ClipNorm, EqualShare, FleetStaleness, Momentum, WarmUp
 
     def buff(k: int, factor: float | None, until: int | None = None) -> Callable[[float], Any]:
         def build(lr: float) -> Any:
@@ -48,6 +48,18 @@ def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
         "k1-warmclip": (buff(1, 1.0, until=200), 0.4),
         "k1-clip2": (buff(1, 2.0), 0.4),
         "k1-noclip": (buff(1, None), 0.4),
+        "p1": (
+            lambda lr: EqualShare(
+                FleetStaleness(WarmUp(ClipNorm(FedBuff(learning_rate=lr, k=5), factor=2.0)))
+            ),
+            0.4,
+        ),
+        "p2": (
+            lambda lr: EqualShare(FleetStaleness(WarmUp(ClipNorm(DynSGD(learning_rate=lr), factor=2.0)))),
+            0.5,
+        ),
+        "p3": (lambda lr: EqualShare(FleetStaleness(WarmUp(ClipNorm(DynSGD(learning_rate=lr))))), 0.5),
+        "n2-fe": (buff(5, 2.0), 0.4),
     }
 
 
@@ -56,7 +68,7 @@ def peer_speeds(milliseconds: np.ndarray) -> list[float]:
     return [1.0 / (ms + 1.0) for ms in milliseconds]
 
 
-def run(name: str, arm: str, gradients: int, ema: int, factor: float = 1.0) -> dict[str, Any]:
+def run(name: str, arm: str, gradients: int | None, ema: int, factor: float = 1.0) -> dict[str, Any]:
     from models.manifest import builtin
     from sim.controlled import Workbench
     from sim.fleet import FleetSimulator

@@ -19,6 +19,7 @@ from server.strategies.audp import AUDP
 from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
 from server.strategies.dynsgd import DynSGD
 from server.strategies.dynsgd_clip import DynSGDClip
+from server.strategies.dynsgd_equal import DynSGDEqual
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
@@ -34,6 +35,7 @@ from server.strategies.wkafl import WKAFL
 from server.strategies.wrappers import (
     ClipNorm,
     EqualShare,
+    FleetStaleness,
     Momentum,
     StrategyWrapper,
     WarmUp,
@@ -45,13 +47,13 @@ DEFAULT_STRATEGY = "fedbuff-equal"  # chosen on half of a workload suite (docs/r
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.name: cls
     for cls in (AdaBuff, AdaSGD, AUDP, DynSGD, DynSGDClip, FedAdam, FedAvgAsync, FedBuff, FedYogi, MAPA, SSGD)
-    + (FedBuffEqual, SASGD, TWAFL, VanDijk, WKAFL)
+    + (DynSGDEqual, FedBuffEqual, SASGD, TWAFL, VanDijk, WKAFL)
 }
 
 # applied in the order listed in the settings, the first one innermost (server/compose.py wrap_strategy)
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
-    for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, Momentum)
+    for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, Momentum)
 }
 
 
@@ -138,11 +140,13 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "DynSGD",
     "DynSGDClip",
+    "DynSGDEqual",
     "EqualShare",
     "FedAdam",
     "FedAvgAsync",
     "FedBuff",
     "FedBuffEqual",
+    "FleetStaleness",
     "FedYogi",
     "Kardam",
     "LossGuard",

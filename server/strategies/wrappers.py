@@ -307,3 +307,34 @@ class EqualShare(StrategyWrapper):
         self.recent, self.counts = deque(maxlen=self.window), {}
         for device_id in state.get("equal_share_recent", []):
             self._count(str(device_id))
+
+
+class FleetStalenessSettings(WrapperSettings):
+    name: Literal["fleet-staleness"] = "fleet-staleness"
+    window: int = Field(200, ge=1, description="the median staleness is over this many last arrivals")
+
+
+class FleetStaleness(StrategyWrapper):
+    """Dampen every gradient by the fleet's median staleness over the last ``window`` arrivals instead
+    of its own. A gradient's own τ grows with its device's round trip, so own-staleness dampening
+    shrinks the slow devices' gradients most (issue 28's plateau); the fleet's τ tracks how many
+    gradients are in flight, which is what a stable step has to scale with (Koloskova et al. 2022)."""
+
+    settings = FleetStalenessSettings
+
+    def __init__(self, inner: Strategy, *, window: int = 200) -> None:
+        super().__init__(inner)
+        self.window = window
+        self.recent: deque[int] = deque(maxlen=window)
+
+    def receive(self, arrival: Arrival) -> float:
+        self.recent.append(arrival.staleness)
+        typical = int(statistics.median_low(self.recent))
+        return self.inner.receive(dataclasses.replace(arrival, staleness=typical))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.inner.state_dict(), "fleet_staleness": list(self.recent)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+        self.recent = deque((int(t) for t in state.get("fleet_staleness", [])), maxlen=self.window)
