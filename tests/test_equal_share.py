@@ -78,3 +78,33 @@ def test_the_new_wrappers_are_chosen_from_settings(wrapper):
     strategy = build_strategy(Settings(_env_file=None, strategy="fedbuff", wrappers=[wrapper]))
     assert type(strategy).__name__ == {"equal-share": "EqualShare", "momentum": "Momentum"}[wrapper["name"]]
     assert make_strategy("fedbuff-equal", share_window=7).window == 7
+
+
+def stale(device: str, tau: int, task: str = "t") -> Arrival:
+    return Arrival(task, device, 0, tau, np.ones(1, np.float32), None, 2, None, 0.0)
+
+
+def test_fleet_staleness_dampens_every_gradient_by_the_fleets_median_not_its_own():
+    from server.strategies import DynSGD
+    from server.strategies.wrappers import FleetStaleness
+
+    strategy = FleetStaleness(DynSGD(learning_rate=1.0, k=100), window=5)
+    weights = [strategy.receive(stale("fast", 1)) for _ in range(3)]  # median 1: 1/2 each
+    assert weights == pytest.approx([0.5, 0.5, 0.5])
+    slow = strategy.receive(stale("slow", 19))  # its own τ would give 1/20; the fleet's median is 1
+    assert slow == pytest.approx(0.5)
+    restored = FleetStaleness(DynSGD(learning_rate=1.0, k=100), window=5)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert list(restored.recent) == [1, 1, 1, 19]
+
+
+def test_dynsgd_equal_is_its_composition():
+    from server.strategies import DynSGDEqual
+    from server.strategies.wrappers import ClipNorm, FleetStaleness, WarmUp
+
+    strategy = make_strategy("dynsgd-equal", share_window=50)
+    assert isinstance(strategy, DynSGDEqual) and strategy.learning_rate == 0.5 and strategy.k == 1
+    fleet = strategy.inner
+    assert isinstance(fleet, FleetStaleness) and fleet.window == 50
+    assert isinstance(fleet.inner, WarmUp) and isinstance(fleet.inner.inner, ClipNorm)
+    assert fleet.inner.inner.factor == 2.0 and strategy.describe()["strategy"] == "dynsgd-equal"
