@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -267,11 +269,21 @@ def demo(
 app.command()(simulate)  # fleet/simulate.py: its many options live there
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True)
-def experiment() -> None:
-    """Moved: experiments are the lab's (python -m lab run NAME), outside the wheel."""
-    typer.echo("`fleet experiment` moved out of the package: from a checkout, `python -m lab run NAME`.")
-    raise typer.Exit(2)
+def checkout_root() -> Path | None:
+    """The source checkout this package runs from, when the lab sits beside it (not in an installed wheel)."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "lab" / "runner.py").exists() else None
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def experiment(ctx: typer.Context) -> None:
+    """Run a lab experiment from a checkout: `fleet experiment default-search` is `python -m lab run
+    default-search` (the wheel never imports the lab; it starts it as its own process)."""
+    root = checkout_root()
+    if root is None or not ctx.args:
+        typer.echo("`fleet experiment NAME` is `python -m lab run NAME`, from a checkout (not in the wheel).")
+        raise typer.Exit(2)
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "lab", "run", *ctx.args], cwd=root))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, hidden=True)

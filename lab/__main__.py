@@ -48,14 +48,18 @@ def report(
     out: Annotated[Path | None, typer.Option(help="results directory (default docs/results)")] = None,
     readme: Annotated[Path, typer.Option(help="the page holding the results table")] = RESULTS / "README.md",
 ) -> None:
-    """Regenerate the results tables from the records: docs/results/README.md's table and performance.md."""
+    """Regenerate the results tables from the records: docs/results/README.md's table, the README's table of
+    the default, and performance.md."""
     import json
 
     from lab.bench import render_markdown
-    from lab.results_table import update_readme
+    from lab.results_table import DEFAULT_END, DEFAULT_START, default_table, replace_block, update_readme
 
     results = out or RESULTS
     typer.echo(update_readme(readme, results))
+    front = RESULTS.parent.parent / "README.md"
+    if readme == RESULTS / "README.md" and front.exists():  # the front page's table of the default
+        replace_block(front, DEFAULT_START, DEFAULT_END, default_table(results))
     performance = results / "performance.json"
     if performance.exists():
         performance.with_suffix(".md").write_text(render_markdown(json.loads(performance.read_text())))

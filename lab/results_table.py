@@ -337,11 +337,48 @@ def table(results: Path) -> str:
 
 def update_readme(readme: Path, results: Path) -> str:
     """Rewrite the block between the markers in ``readme``; returns the table written."""
-    text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme} has no {START} … {END} block")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
     block = table(results)
-    readme.write_text(f"{head}{START}\n{block}\n{END}{tail}")
+    replace_block(readme, START, END, block)
     return block
+
+
+DEFAULT_START, DEFAULT_END = "<!-- default:start -->", "<!-- default:end -->"
+
+
+def default_table(results: Path) -> str:
+    """The front page's table: the shipped default on each held-back workload of the default search."""
+    data = _load(results, "default-search")
+    if data is None:
+        return "(no default-search results yet: `python -m lab run default-search`)"
+    s = data["summary"]
+    lines = [
+        f"The default ({s['default']}, γ = {s['default_rate']}, untuned) on the workloads its choice never "
+        "saw, against the best tuned run on each (virtual seconds to the workload's target, the best final "
+        "accuracy less 1 point; final accuracy):",
+        "",
+        "| held-back workload | target | default: s / final | best tuned: s / final | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for workload, h in s["held_back"].items():
+        own, best = h["default"], h["best"]
+        time = (
+            "diverged"
+            if own["diverged"]
+            else (f"{own['time']:.1f}" if own["time"] is not None else f"≥ {own['end_time']:.1f} (missed)")
+        )
+        ratio = f"{own['ratio']:.2f}x" if own["ratio"] is not None else "—"
+        lines.append(
+            f"| {workload} | {h['target']:.3f} | {time} / {own['final']:.3f} | {best['time']:.1f} / "
+            f"{h['best_final']:.3f} ({best['arm']}, γ {best['lr']}) | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def replace_block(page: Path, start: str, end: str, block: str) -> None:
+    """Rewrite what lies between the markers ``start`` and ``end`` in ``page``."""
+    text = page.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{page} has no {start} … {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    page.write_text(f"{head}{start}\n{block}\n{end}{tail}")

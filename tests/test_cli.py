@@ -19,13 +19,25 @@ def test_help_lists_the_commands():
         assert command in result.output
 
 
-def test_experiment_and_bench_point_to_the_lab():
-    """The wheel never imports the lab: `fleet experiment` / `fleet bench` only say where they went."""
+def test_experiment_and_bench_point_to_the_lab(monkeypatch):
+    """The wheel never imports the lab: outside a checkout `fleet experiment` / `fleet bench` only say
+    where they went."""
+    import fleet.cli
+
+    monkeypatch.setattr(fleet.cli, "checkout_root", lambda: None)
     for command in (["experiment", "staleness", "--quick"], ["bench", "all"]):
         result = runner.invoke(app, command)
         assert result.exit_code == 2 and "python -m lab run" in result.output
     audit = runner.invoke(app, ["bench", "privacy-audit"])  # issue 27: the audit's own pointer
     assert audit.exit_code == 2 and "python -m lab run privacy-audit" in audit.output
+
+
+def test_experiment_runs_the_lab_as_its_own_process_from_a_checkout():
+    import fleet.cli
+
+    assert fleet.cli.checkout_root() is not None  # the tests run from the checkout
+    result = runner.invoke(app, ["experiment", "no-such-experiment"])
+    assert result.exit_code not in (0, 2)  # the lab itself refused the name
 
 
 def test_data_prepare_writes_non_iid_shards(tmp_path):

@@ -52,3 +52,11 @@ def test_every_dp_sgd_row_shows_the_ledgers_epsilon_beside_the_pooled_one():
     assert rows, "the dp-staleness rows are missing"
     for row in rows:
         assert "pooled ε" in row and "ledger" in row, row
+
+
+def test_the_front_pages_table_of_the_default_is_what_the_search_says():
+    from lab.results_table import DEFAULT_END, DEFAULT_START, default_table
+
+    page = (ROOT / "README.md").read_text()
+    block = page.split(DEFAULT_START, 1)[1].split(DEFAULT_END, 1)[0].strip()
+    assert block == default_table(ROOT / "docs" / "results").strip(), "run `python -m lab report`"
