@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (this file is lab/cache.py)
 # what a cached run executes: the core and its strategies, the simulator, the models, the run functions
 # (the profiler is not among them: simulated runs size batches with sim.harness.BatchSizer)
 CODE = (
@@ -49,6 +49,8 @@ def code_version() -> str:
     digest = hashlib.sha256()
     for top in CODE:
         root = ROOT / top
+        if not root.exists():  # a renamed path would silently leave the code out of the key
+            raise FileNotFoundError(f"lab/cache.py CODE names {top}, which does not exist")
         for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in {".pyc", ".md"}:
                 digest.update(str(path.relative_to(ROOT)).encode())

@@ -66,3 +66,22 @@ def test_a_job_without_dp_keeps_its_spec_and_label():
     private = replace(job, dp=(1.0, 2.5))
     assert private.spec()["job"]["dp"] == (1.0, 2.5) and private.key().endswith("_dp2.5")
     assert cache.path_for(Path("x"), private) != cache.path_for(Path("x"), job)
+
+
+def test_the_code_version_covers_the_code_it_names(tmp_path, monkeypatch):
+    """Every CODE path exists under the checkout, and a change to one changes the version (issue 28 found
+    the key hashing nothing but the libraries: the root was one directory too high)."""
+    from lab import cache
+
+    assert all((cache.ROOT / top).exists() for top in cache.CODE)
+    before = cache.code_version()
+    (tmp_path / "server").mkdir()
+    (tmp_path / "server" / "x.py").write_text("a = 1\n")
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    monkeypatch.setattr(cache, "CODE", ("server",))
+    cache.code_version.cache_clear()
+    first = cache.code_version()
+    (tmp_path / "server" / "x.py").write_text("a = 2\n")
+    cache.code_version.cache_clear()
+    assert cache.code_version() != first != before
+    cache.code_version.cache_clear()
