@@ -60,3 +60,15 @@ def test_the_front_pages_table_of_the_default_is_what_the_search_says():
     page = (ROOT / "README.md").read_text()
     block = page.split(DEFAULT_START, 1)[1].split(DEFAULT_END, 1)[0].strip()
     assert block == default_table(ROOT / "docs" / "results").strip(), "run `python -m lab report`"
+
+
+def test_the_shipped_default_is_the_one_the_search_chose():
+    import json
+
+    from lab.experiments.default_search import ARMS, shipped
+    from server.strategies import default_strategy
+
+    s = json.loads((ROOT / "docs" / "results" / "default-search.json").read_text())["summary"]
+    name, rate = default_strategy()
+    assert (ARMS[s["default"]][0], s["default_rate"]) == (name, rate)
+    assert shipped(s["default"], s["default_rate"])["is_chosen"] and s["shipped"]["is_chosen"]

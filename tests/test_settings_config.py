@@ -76,7 +76,7 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
     assert default.strategy.name == "fedbuff-equal" and default.wrappers == []
     assert strategy_params(default) == {"clip_factor": 2.0, "warmup_gradients": 200, "share_window": 200}
     built = build_strategy(default)
-    assert type(built) is FedBuffEqual and built.learning_rate == 0.4 and built.k == 5
+    assert type(built) is FedBuffEqual and built.learning_rate == 0.2 and built.k == 5
     warm_up = built.inner
     assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200
     assert isinstance(warm_up.inner, ClipNorm) and warm_up.inner.factor == 2.0 and warm_up.inner.until is None

@@ -60,7 +60,24 @@ def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
         ),
         "p3": (lambda lr: EqualShare(FleetStaleness(WarmUp(ClipNorm(DynSGD(learning_rate=lr))))), 0.5),
         "n2-fe": (buff(5, 2.0), 0.4),
+        "fe-adaptive": (lambda lr: adaptive(lr), 0.2),
     }
+
+
+def adaptive(lr: float) -> Any:
+    """fedbuff-equal whose K grows with the devices active lately (a quarter of them, at least 5)."""
+    from server.strategies import FedBuffEqual
+
+    strategy = FedBuffEqual(learning_rate=lr)
+    fedbuff = strategy.inner.inner.inner
+    ready = fedbuff.ready
+
+    def adaptive_ready(now: float) -> bool:
+        fedbuff.k = max(5, len(strategy.counts) // 4)
+        return ready(now)
+
+    fedbuff.ready = adaptive_ready
+    return strategy
 
 
 def peer_speeds(milliseconds: np.ndarray) -> list[float]:

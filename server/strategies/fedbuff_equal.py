@@ -41,7 +41,7 @@ class FedBuffEqual(EqualShare):
     def __init__(
         self,
         *,
-        learning_rate: float = 0.4,
+        learning_rate: float = 0.2,
         k: int = 5,
         time_window: float | None = None,
         clip_factor: float = 2.0,
