@@ -123,6 +123,9 @@ def plot(summary: dict[str, Any], cause: dict[str, dict[str, Any]]) -> Any:
     names = list(held)
     ratios = [h["default"]["ratio"] if h["default"]["ratio"] is not None else np.nan for h in held.values()]
     ax_held.barh(names, ratios, color="C1")
+    for y, ratio in enumerate(ratios):
+        if np.isnan(ratio):  # the target was never reached: no bar, a mark
+            ax_held.text(0.02, y, "missed the target", va="center", fontsize=7, color="C3")
     ax_held.axvline(1.1, color="k", lw=0.8, ls=":")
     ax_held.set(xlabel="default's time to target / best tuned", title="held-back workloads")
     ax_held.tick_params(axis="y", labelsize=6)
