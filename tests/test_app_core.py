@@ -48,7 +48,7 @@ def until(check: Callable[[], bool], timeout: float = 30.0, what: str = "conditi
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
     tmp = tmp_path_factory.mktemp("app-core")
     shards, _ = write_shards(tmp / "data", devices=2, partition="iid", seed=4)
-    with ServerProcess(tmp / "server", max_batch=32, time_slo_ms=300) as server:
+    with ServerProcess(tmp / "server", max_batch=32, time_slo_ms=300, k=1) as server:  # a version a push
         yield server, shards[0]
 
 

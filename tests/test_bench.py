@@ -45,11 +45,13 @@ def test_client_dependencies_do_not_include_torch():
 
 
 def test_asgi_layer_runs_real_cycles_through_the_app():
-    """bench.asgi drives the real app: every push of the warm-up and timed cycles is applied (K = 1)."""
+    """bench.asgi drives the real app (its default strategy): every push of the warm-up and timed cycles
+    reaches the buffer, K of them make a version."""
     from lab.bench.asgi import asgi_run
+    from server.strategies import DEFAULT_STRATEGY, make_strategy
 
     run = asgi_run("mnist_cnn", devices=3, cycles=2)
-    assert run["version"] == 3 * (1 + 2)
+    assert run["version"] == 3 * (1 + 2) // make_strategy(DEFAULT_STRATEGY).k
 
 
 def test_asgi_layers_split_the_cycle_cpu():
@@ -60,7 +62,10 @@ def test_asgi_layers_split_the_cycle_cpu():
     decode = tasks.decode_tensor
     run = asgi_run("mnist_cnn", devices=3, cycles=2, layers=True)
     layers = run["layers_us"]
-    assert run["version"] == 3 * (1 + 2) and tasks.decode_tensor is decode
+    from server.strategies import DEFAULT_STRATEGY, make_strategy
+
+    assert run["version"] == 3 * (1 + 2) // make_strategy(DEFAULT_STRATEGY).k
+    assert tasks.decode_tensor is decode
     for layer in (
         "route: request",
         "route: pull",

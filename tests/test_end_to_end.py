@@ -116,7 +116,7 @@ def stored_snapshot(database_url: str) -> tuple[dict[str, str], dict[str, dict],
 def test_sigkill_while_pushing_loses_no_acknowledged_gradient(tmp_path, storage_url):
     database_url = storage_url
     shards, _ = write_shards(tmp_path / "data", devices=3, partition="sorted", seed=2)
-    server = ServerProcess(tmp_path / "server", database_url=database_url, max_batch=16, time_slo_ms=200)
+    server = ServerProcess(tmp_path / "server", database_url=database_url, max_batch=16, time_slo_ms=200, k=1)
     stop, reports = threading.Event(), []
     server.start()
     try:

@@ -22,7 +22,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "one_tas
 @pytest.mark.skipif(shutil.which("jq") is None or shutil.which("curl") is None, reason="needs jq and curl")
 def test_one_task_walkthrough_runs_as_written(tmp_path):
     shards, _ = write_shards(tmp_path / "data", devices=2)
-    with ServerProcess(tmp_path / "server") as server:
+    with ServerProcess(tmp_path / "server", k=1) as server:  # one push, one version (the default buffers 5)
         env = {
             **os.environ,
             "FLEET": server.url,

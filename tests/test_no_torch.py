@@ -29,7 +29,9 @@ def test_server_and_worker_complete_a_task_without_torch(tmp_path):
         from server.settings import Settings
         from client import DeviceData, StaticFeatures, Worker, WorkerConfig
 
-        settings = Settings(data_dir={str(tmp_path)!r}, enrollment_key="k", admin_token="a", eval_data=None)
+        settings = Settings(
+            data_dir={str(tmp_path)!r}, enrollment_key="k", admin_token="a", eval_data=None, k=1
+        )
         rng = np.random.default_rng(0)
         data = DeviceData(rng.random((30, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 30))
         with TestClient(create_app(settings), base_url="http://testserver") as http:

@@ -21,6 +21,7 @@ def test_a_dp_device_trains_until_its_budget_is_spent(tmp_path, database_url):
         tmp_path / "server",
         database_url=database_url,
         initial_model="mlp",
+        k=1,  # each push applied (the default buffers 5)
         dp="true",
         dp_noise_multiplier=2.0,
         # σ 2, q = 32/N (N = 2000, or 1920 bucketed), δ = 1e-8: ε 0.15 after one task, 0.28 after ten

@@ -36,7 +36,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedavg-async": ("fedavg-async", {}),
     "fedbuff": ("fedbuff", {"k": 1}),
     "ssgd": ("ssgd", {}),  # k = Job.ssgd_round
-    "dynsgd-clip": ("dynsgd-clip", {}),  # Fleet's default (issue 19): run at its own rate, untuned
+    "dynsgd-clip": ("dynsgd-clip", {}),  # Fleet's default from issue 19 to 28: run at its own rate, untuned
+    "fedbuff-equal": ("fedbuff-equal", {}),  # Fleet's default since issue 28: at its own rate, untuned
 }
 
 
