@@ -125,17 +125,20 @@ def async_rows(data: dict[str, Any]) -> Iterator[Row]:
         )
 
 
+def held_back_time(run: dict[str, Any]) -> str:
+    """The default's time to a held-back workload's target: "diverged", seconds, or its end (missed)."""
+    if run["diverged"]:
+        return "diverged"
+    return f"{run['time']:.1f}" if run["time"] is not None else f"≥ {run['end_time']:.1f} (missed)"
+
+
 def default_rows(data: dict[str, Any]) -> Iterator[Row]:
     """`python -m lab run default-search`: on each held-back workload, the untuned default's time to the
     workload's target against the best tuned run's, and its final accuracy against the best."""
     s = data["summary"]
     for workload, h in s["held_back"].items():
         own, best = h["default"], h["best"]
-        time = (
-            "diverged"
-            if own["diverged"]
-            else (f"{own['time']:.1f}" if own["time"] is not None else f"≥ {own['end_time']:.1f} (missed)")
-        )
+        time = held_back_time(own)
         ratio = f" ({own['ratio']:.2f}x)" if own["ratio"] is not None else ""
         yield (
             f"held-back {workload}: virtual s to {h['target']:.3f} (best final − 1 pt) and final accuracy, "
@@ -361,11 +364,7 @@ def default_table(results: Path) -> str:
     ]
     for workload, h in s["held_back"].items():
         own, best = h["default"], h["best"]
-        time = (
-            "diverged"
-            if own["diverged"]
-            else (f"{own['time']:.1f}" if own["time"] is not None else f"≥ {own['end_time']:.1f} (missed)")
-        )
+        time = held_back_time(own)
         ratio = f"{own['ratio']:.2f}x" if own["ratio"] is not None else "—"
         lines.append(
             f"| {workload} | {h['target']:.3f} | {time} / {own['final']:.3f} | {best['time']:.1f} / "

@@ -211,7 +211,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
         "passed": {check: sum(h["checks"][check] for h in held.values()) for check in CHECKS},
     }
     cause = {a: cause_done[job] for a, job in cause_jobs.items()}
-    return Result(summary, records={"runs": outputs}, view={"cause": cause, "plan": plan})
+    return Result(summary, records={"runs": outputs}, view={"cause": cause})
 
 
 def shipped(arm: str, rate: float) -> dict[str, Any]:
