@@ -129,6 +129,35 @@ def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_da
     worker.close()
 
 
+def test_a_database_error_while_draining_is_retried_not_fatal(tmp_path, postgres_database):
+    """Paused mid-read past its lease, the aggregator's session is ended by PostgreSQL: the read fails
+    once; the drain retries it (the fence, not the error, decides whether it may go on)."""
+    from server.core.errors import StorageUnavailable
+    from server.scale.aggregator import drain
+
+    worker, aggregator, fenced = cluster(tmp_path, postgres_database)
+    device, _ = worker.enroll("Galaxy S7")
+    device = Device(device.device_id, device.device_model)
+    grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
+    worker.submit(device, grant.task_id, result(worker.run.manifest.num_params))
+    failures = iter([True, False])
+
+    class Flaky:
+        def __getattr__(self, name: str) -> object:
+            return getattr(fenced, name)
+
+        def queued(self, limit: int, *, after: int = 0) -> list:
+            if next(failures, False):
+                raise StorageUnavailable("database unavailable: OperationalError")
+            return fenced.queued(limit, after=after)
+
+    stop = threading.Event()
+    threading.Timer(2.0, stop.set).start()
+    assert drain(aggregator, Flaky(), batch=16, stop=stop) == 1  # type: ignore[arg-type]
+    assert count(postgres_database, "select count(*) from push_queue") == 0
+    worker.close()
+
+
 def test_dp_and_sqlite_are_refused_outside_the_single_process(tmp_path, postgres_database):
     from server.compose import build_coordinator
 
@@ -184,7 +213,8 @@ def test_a_second_aggregator_applies_nothing_until_the_first_lapses_and_the_firs
             time.sleep(0.1)
         assert "applying the queue" in second.log.read_text()
         os.kill(first.process.pid, signal.SIGCONT)
-        assert first.process.wait(timeout=20) == 3  # its next commit found its token stale: it exits
+        code = first.process.wait(timeout=20)
+        assert code == 3, first.log.read_text()[-3000:]  # its next commit found its token stale: it exits
         assert "lost its lease" in first.log.read_text()
         result = load.result(timeout=120)
         drained(postgres_database)

@@ -158,13 +158,21 @@ def drain(
         return True
 
     while not stop.is_set():
-        pushes = store.queued(batch, after=after)
+        try:
+            pushes = store.queued(batch, after=after)
+        except StorageUnavailable as exc:  # a blip, or this process paused mid-read past its lease and
+            log.warning("cannot read the queue (%s); retrying", exc)  # PostgreSQL ended the session:
+            stop.wait(0.5)  # the next fenced commit tells which (LeaseLost)
+            continue
         if len(pushes) < batch or since_rescan >= rescan_every:
             settle()
             after, since_rescan = 0, 0
         if not pushes:
             if time.time() - store.committed_at > store.ttl / 3:
-                store.commit([])  # renews the lease (or raises LeaseLost)
+                try:
+                    store.commit([])  # renews the lease (or raises LeaseLost)
+                except StorageUnavailable as exc:
+                    log.warning("cannot renew the lease (%s); retrying", exc)
             stop.wait(idle)
             idle = min(idle * 2, idle_max_s)
             continue
