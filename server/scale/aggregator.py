@@ -118,6 +118,26 @@ def lease_lost(error: BaseException | None) -> bool:
     return False
 
 
+def read_queue(store: AggregatorStore, batch: int, after: int, stop: threading.Event) -> list[QueuedPush]:
+    """The next queued pushes; none, after a pause, when the read failed: a blip, or this process paused
+    mid-read past its lease and PostgreSQL ended its session. Either way the drain goes on; the next
+    fenced commit, not this error, tells whether it may (``LeaseLost``)."""
+    try:
+        return store.queued(batch, after=after)
+    except StorageUnavailable as exc:
+        log.warning("cannot read the queue (%s); retrying", exc)
+        stop.wait(0.5)
+        return []
+
+
+def renew_lease(store: AggregatorStore) -> None:
+    """An empty fenced commit: renews the lease, or raises ``LeaseLost``; a failed one is retried later."""
+    try:
+        store.commit([])
+    except StorageUnavailable as exc:
+        log.warning("cannot renew the lease (%s); retrying", exc)
+
+
 def drain(
     aggregator: Coordinator,
     store: AggregatorStore,
@@ -158,21 +178,13 @@ def drain(
         return True
 
     while not stop.is_set():
-        try:
-            pushes = store.queued(batch, after=after)
-        except StorageUnavailable as exc:  # a blip, or this process paused mid-read past its lease and
-            log.warning("cannot read the queue (%s); retrying", exc)  # PostgreSQL ended the session:
-            stop.wait(0.5)  # the next fenced commit tells which (LeaseLost)
-            continue
+        pushes = read_queue(store, batch, after, stop)
         if len(pushes) < batch or since_rescan >= rescan_every:
             settle()
             after, since_rescan = 0, 0
         if not pushes:
             if time.time() - store.committed_at > store.ttl / 3:
-                try:
-                    store.commit([])  # renews the lease (or raises LeaseLost)
-                except StorageUnavailable as exc:
-                    log.warning("cannot renew the lease (%s); retrying", exc)
+                renew_lease(store)
             stop.wait(idle)
             idle = min(idle * 2, idle_max_s)
             continue
