@@ -7,7 +7,8 @@ import pytest
 
 from server.store.codec import decode_state, encode_state
 from server.strategies import Arrival, FedBuff, make_strategy
-from server.strategies.wrappers import EqualShare, Momentum
+from server.strategies.fairness import EqualShare
+from server.strategies.wrappers import Momentum
 
 
 def arrival(device: str, gradient=(1.0,), task: str = "t") -> Arrival:
@@ -86,7 +87,7 @@ def stale(device: str, tau: int, task: str = "t") -> Arrival:
 
 def test_fleet_staleness_dampens_every_gradient_by_the_fleets_median_not_its_own():
     from server.strategies import DynSGD
-    from server.strategies.wrappers import FleetStaleness
+    from server.strategies.fairness import FleetStaleness
 
     strategy = FleetStaleness(DynSGD(learning_rate=1.0, k=100), window=5)
     weights = [strategy.receive(stale("fast", 1)) for _ in range(3)]  # median 1: 1/2 each
@@ -100,7 +101,8 @@ def test_fleet_staleness_dampens_every_gradient_by_the_fleets_median_not_its_own
 
 def test_dynsgd_equal_is_its_composition():
     from server.strategies import DynSGDEqual
-    from server.strategies.wrappers import ClipNorm, FleetStaleness, WarmUp
+    from server.strategies.fairness import FleetStaleness
+    from server.strategies.wrappers import ClipNorm, WarmUp
 
     strategy = make_strategy("dynsgd-equal", share_window=50)
     assert isinstance(strategy, DynSGDEqual) and strategy.learning_rate == 0.5 and strategy.k == 1

@@ -18,6 +18,7 @@ from server.strategies import (
     WRAPPERS,
     Arrival,
     ClipNorm,
+    ConcurrencyScale,
     FedBuffEqual,
     Kardam,
     LossGuard,
@@ -74,10 +75,17 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
                 assert field.default == known.get((name, key), own[key]), (name, key)
     default = settings()
     assert default.strategy.name == "fedbuff-equal" and default.wrappers == []
-    assert strategy_params(default) == {"clip_factor": 2.0, "warmup_gradients": 200, "share_window": 200}
+    assert strategy_params(default) == {
+        "clip_factor": 2.0,
+        "warmup_gradients": 200,
+        "share_window": 200,
+        "concurrency_reference": 20.0,
+    }
     built = build_strategy(default)
     assert type(built) is FedBuffEqual and built.learning_rate == 0.2 and built.k == 5
-    warm_up = built.inner
+    crowd = built.inner
+    assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 20.0 and crowd.power == 1.0
+    warm_up = crowd.inner
     assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200
     assert isinstance(warm_up.inner, ClipNorm) and warm_up.inner.factor == 2.0 and warm_up.inner.until is None
 

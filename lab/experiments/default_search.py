@@ -32,10 +32,11 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedbuff": ("fedbuff", {"k": 10}),
     "dynsgd-clip": ("dynsgd-clip", {}),  # issue 19's default
     "fedbuff-equal": ("fedbuff-equal", {}),  # outliers clipped (2× the median), always
+    "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None}),  # the first search's choice
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
-CANDIDATES = (("fedbuff-equal", 0.2), ("fedbuff-equal", 0.4), ("dynsgd-equal", 0.5), ("dynsgd-equal", 1.0))
+CANDIDATES = (("fedbuff-equal", 0.2), ("fedbuff-equal", 0.4), ("fedbuff-equal-fixed", 0.2))
 
 
 def build(arm: str, lr: float) -> Strategy:

@@ -21,8 +21,9 @@ import numpy as np
 
 def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
     """name → (the strategy at a rate, its own rate)."""
-    from server.strategies import DynSGD, DynSGDClip, FedBuff
-    from server.strategies.wrappers import ClipNorm, EqualShare, FleetStaleness, Momentum, WarmUp
+    from server.strategies import DynSGD, DynSGDClip, FedBuff, FedBuffEqual
+    from server.strategies.fairness import EqualShare, FleetStaleness
+    from server.strategies.wrappers import ClipNorm, Momentum, WarmUp
 
     def buff(k: int, factor: float | None, until: int | None = None) -> Callable[[float], Any]:
         def build(lr: float) -> Any:
@@ -61,14 +62,30 @@ def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
         "p3": (lambda lr: EqualShare(FleetStaleness(WarmUp(ClipNorm(DynSGD(learning_rate=lr))))), 0.5),
         "n2-fe": (buff(5, 2.0), 0.4),
         "fe-adaptive": (lambda lr: adaptive(lr), 0.2),
+        "fe-old": (lambda lr: FedBuffEqual(learning_rate=lr, concurrency_reference=None), 0.2),
+        "fe-cs20": (lambda lr: FedBuffEqual(learning_rate=lr, concurrency_reference=20.0), 0.2),
+        "fe-cs10": (lambda lr: FedBuffEqual(learning_rate=lr, concurrency_reference=10.0), 0.2),
+        "fe-lin20": (lambda lr: scaled(lr, 20.0, 1.0), 0.2),
+        "fe-lin40": (lambda lr: scaled(lr, 40.0, 1.0), 0.2),
+        "fe-sqrt20": (lambda lr: scaled(lr, 20.0, 0.5), 0.2),
     }
+
+
+def scaled(lr: float, reference: float, power: float) -> Any:
+    """fedbuff-equal whose rate shrinks as (reference / the fleet's median staleness)^power."""
+    from server.strategies import FedBuffEqual
+    from server.strategies.fairness import ConcurrencyScale
+
+    strategy = FedBuffEqual(learning_rate=lr, concurrency_reference=None)
+    strategy.inner = ConcurrencyScale(strategy.inner, reference=reference, power=power)
+    return strategy
 
 
 def adaptive(lr: float) -> Any:
     """fedbuff-equal whose K grows with the devices active lately (a quarter of them, at least 5)."""
     from server.strategies import FedBuffEqual
 
-    strategy = FedBuffEqual(learning_rate=lr)
+    strategy = FedBuffEqual(learning_rate=lr, concurrency_reference=None)
     fedbuff = strategy.inner.inner.inner
     ready = fedbuff.ready
 
@@ -132,6 +149,7 @@ def run(name: str, arm: str, gradients: int | None, ema: int, factor: float = 1.
         "final_ema": round(float(np.mean(averaged[-5:])), 4), "best": max(result.accuracy),
         "times": [round(t, 2) for t in result.times], "accuracy": result.accuracy, "ema": averaged,
         "recall": [round(float(r), 2) for r in recall], "diverged": result.diverged,
+        "described": {k: v for k, v in sim.core.run.strategy.describe().items() if "concurrency" in k},
         "wall_s": round(time.perf_counter() - started, 1),
     }  # fmt: skip
 

@@ -20,6 +20,7 @@ from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerm
 from server.strategies.dynsgd import DynSGD
 from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.dynsgd_equal import DynSGDEqual
+from server.strategies.fairness import ConcurrencyScale, EqualShare, FleetStaleness
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
@@ -32,15 +33,7 @@ from server.strategies.ssgd import SSGD
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
 from server.strategies.wkafl import WKAFL
-from server.strategies.wrappers import (
-    ClipNorm,
-    EqualShare,
-    FleetStaleness,
-    Momentum,
-    StrategyWrapper,
-    WarmUp,
-    WrapperSettings,
-)
+from server.strategies.wrappers import ClipNorm, Momentum, StrategyWrapper, WarmUp, WrapperSettings
 
 DEFAULT_STRATEGY = "fedbuff-equal"  # chosen on half of a workload suite (docs/results/default-search.md)
 
@@ -53,7 +46,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 # applied in the order listed in the settings, the first one innermost (server/compose.py wrap_strategy)
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
-    for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, Momentum)
+    for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
 }
 
 
@@ -137,6 +130,7 @@ __all__ = [
     "Arrival",
     "AUDP",
     "ClipNorm",
+    "ConcurrencyScale",
     "DEFAULT_STRATEGY",
     "DynSGD",
     "DynSGDClip",

@@ -16,7 +16,8 @@ from pydantic import Field
 
 from server.strategies.base import StrategySettings
 from server.strategies.dynsgd import DynSGD
-from server.strategies.wrappers import ClipNorm, EqualShare, FleetStaleness, WarmUp
+from server.strategies.fairness import EqualShare, FleetStaleness
+from server.strategies.wrappers import ClipNorm, WarmUp
 
 
 class DynSGDEqualSettings(StrategySettings):
