@@ -110,3 +110,36 @@ def test_dynsgd_equal_is_its_composition():
     assert isinstance(fleet, FleetStaleness) and fleet.window == 50
     assert isinstance(fleet.inner, WarmUp) and isinstance(fleet.inner.inner, ClipNorm)
     assert fleet.inner.inner.factor == 2.0 and strategy.describe()["strategy"] == "dynsgd-equal"
+
+
+def test_concurrency_scale_leaves_the_rate_alone_up_to_its_reference_then_shrinks_it_as_one_over_tau():
+    from server.strategies.fairness import ConcurrencyScale
+
+    strategy = ConcurrencyScale(FedBuff(learning_rate=1.0, k=1000), reference=20.0, window=5)
+    calm = [
+        strategy.receive(stale("a", tau)) for tau in (3, 20, 20)
+    ]  # median ≤ 20: only FedBuff's 1/sqrt(1+τ)
+    assert calm == pytest.approx([1 / np.sqrt(4), 1 / np.sqrt(21), 1 / np.sqrt(21)])
+    for _ in range(5):
+        crowded = strategy.receive(stale("a", 80))  # 1,000 devices in flight: τ̄ = 80, a quarter of the rate
+    assert strategy.factor() == pytest.approx(0.25)
+    assert crowded == pytest.approx(0.25 / np.sqrt(81)) and strategy.buffer[-1].weight == pytest.approx(
+        crowded
+    )
+    assert strategy.describe()["concurrency_factor"] == 0.25
+    square_root = ConcurrencyScale(FedBuff(learning_rate=1.0, k=10), reference=20.0, power=0.5, window=1)
+    square_root.receive(stale("a", 80))
+    assert square_root.factor() == pytest.approx(0.5)
+    restored = ConcurrencyScale(FedBuff(learning_rate=1.0, k=1000), reference=20.0, window=5)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert restored.factor() == pytest.approx(0.25)
+
+
+def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one():
+    strategy = make_strategy("fedbuff-equal")
+    for _ in range(200):
+        strategy.receive(stale("a", 4))
+    assert strategy.describe()["concurrency_factor"] == 1.0
+    for _ in range(200):
+        strategy.receive(stale("a", 200))
+    assert strategy.describe()["concurrency_factor"] == pytest.approx(0.1)
