@@ -6,7 +6,7 @@ Run-time dependencies: numpy, onnxruntime, httpx, psutil (never torch). The libr
 
 from ._data import DeviceData
 from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
-from ._exceptions import PrivacyRefused, Rejected, TrainingFinished, TransportError, WorkerError
+from ._exceptions import PrivacyRefused, Rejected, TaskDeclined, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures, StaticFeatures
 from ._ledger import DeviceLedger, DevicePrivacy
 from ._onnx_session import GradientComputer, GradientSession
@@ -43,6 +43,7 @@ __all__ = [
     "Rejected",
     "RunSummary",
     "StaticFeatures",
+    "TaskDeclined",
     "TaskGrant",
     "TaskReport",
     "TrainingFinished",

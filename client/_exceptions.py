@@ -4,12 +4,13 @@ WorkerError                 any failure the worker reports (4xx with the server'
  +-- Rejected               the server declined a task now; retry after ``retry_after`` seconds
  |    +-- TrainingFinished  the model is done training; stop asking
  +-- TransportError         network failure, timeout or a real server fault (5xx)
- +-- PrivacyRefused         the device itself refused a DP task (its policy, its own budget): nothing sent
+ +-- TaskDeclined           the device cannot run a grant's terms: it gives the task back and asks later
+      +-- PrivacyRefused    the device itself refused a DP task (its policy, its own budget): nothing sent
 """
 
 from __future__ import annotations
 
-__all__ = ["PrivacyRefused", "Rejected", "TrainingFinished", "TransportError", "WorkerError"]
+__all__ = ["PrivacyRefused", "Rejected", "TaskDeclined", "TrainingFinished", "TransportError", "WorkerError"]
 
 
 class WorkerError(Exception):
@@ -43,16 +44,22 @@ class TransportError(WorkerError):
     """The request did not get a usable answer: network error, timeout or 5xx."""
 
 
-class PrivacyRefused(WorkerError):
-    """The device refused a task on privacy grounds (client/_ledger.py); nothing was computed or pushed.
-
-    ``stop``: its own budget has no room, or it cannot account ε (the worker stops, ``reason`` says why);
-    otherwise the terms break its policy and the worker backs off and asks again (terms may change)."""
+class TaskDeclined(WorkerError):
+    """The device cannot run a grant's terms (a mechanism it does not know, terms missing fields): nothing
+    was computed or pushed, the task is given back with ``reason`` (``POST /v1/tasks/{id}/decline``), and
+    the worker backs off and asks again (the terms may change). ``stop``: it stops instead."""
 
     def __init__(self, detail: str, *, reason: str, stop: bool = False) -> None:
         super().__init__(detail)
         self.reason = reason
         self.stop = stop
+
+
+class PrivacyRefused(TaskDeclined):
+    """The device refused a task on privacy grounds (client/_ledger.py); nothing was computed or pushed.
+
+    ``stop``: its own budget has no room, or it cannot account ε (the worker stops, ``reason`` says why);
+    otherwise the terms break its policy and the worker backs off and asks again (terms may change)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(reason={self.reason!r}, stop={self.stop!r})"

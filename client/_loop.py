@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from fleet_protocol import TaskGrant
 
-from ._exceptions import PrivacyRefused, Rejected, TransportError, WorkerError
+from ._exceptions import PrivacyRefused, Rejected, TaskDeclined, TransportError, WorkerError
 from ._ledger import EXHAUSTED
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Loop:
         self.start = time.monotonic()
         self.errors_in_row = 0
         self.reenrolled = False
-        self.declined_in_row = 0  # DP terms the device's policy refused, in a row
+        self.declined_in_row = 0  # tasks the device gave back (terms it cannot run or refuses), in a row
         self.stopped: str | None = None  # why the device itself stops (its privacy budget is spent)
         if (spent := worker.ledger.exhausted) is not None:  # a restart asks nothing: the ledger says why
             self._stop_for_privacy(EXHAUSTED, spent)
@@ -99,15 +99,16 @@ class Loop:
 
     def on_error(self, exc: WorkerError) -> float | None:
         """The delay before trying again (None: at once), or re-raise when errors keep coming."""
-        if isinstance(exc, PrivacyRefused):  # nothing was sent; no server fault: not counted as an error
+        if isinstance(exc, TaskDeclined):  # given back unrun, nothing pushed: not counted as an error
             self.summary.rejections[exc.reason] += 1
             if exc.stop:
                 self._stop_for_privacy(exc.reason, exc.detail)
                 return None
             self.declined_in_row += 1
             delay = min(self.worker._backoff(self.declined_in_row), self.config.max_retry_after)
-            logger.warning("declined a DP task: %s; asking again in %.1f s", exc.detail, delay)
-            self.worker.emit(WorkerEvent("privacy", exc.detail, time.time() + delay))
+            logger.warning("declined a task: %s; asking again in %.1f s", exc.detail, delay)
+            kind: EventKind = "privacy" if isinstance(exc, PrivacyRefused) else "error"
+            self.worker.emit(WorkerEvent(kind, exc.detail, time.time() + delay))
             return delay
         if isinstance(exc, Rejected):
             self.summary.rejections[exc.reason] += 1

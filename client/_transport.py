@@ -19,6 +19,7 @@ from fleet_protocol import (
     Manifest,
     PushOutcome,
     TaskAsk,
+    TaskDecline,
     TaskGrant,
     WireError,
     decode_tensor,
@@ -172,6 +173,11 @@ class ApiClient:
             return PushOutcome.from_json(_json(response), task_id=task_id)
         except WireError as exc:
             raise WorkerError(str(exc)) from exc
+
+    def decline(self, task_id: str, reason: str, detail: str) -> None:
+        """Give a granted task back unrun (``TaskDecline``): the coordinator ends the lease, records why."""
+        body = asdict(TaskDecline(reason=reason, detail=detail.replace("\x00", "")[:500]))
+        self._request("POST", f"/v1/tasks/{task_id}/decline", json=body)
 
     # --- models --------------------------------------------------------------------------------
 

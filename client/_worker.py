@@ -18,7 +18,7 @@ from ._attacks import Attack
 from ._data import DeviceData, label_counts
 from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, default_energy_meter
-from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
+from ._exceptions import Rejected, TaskDeclined, TrainingFinished, TransportError, WorkerError
 from ._features import FeatureSource, PsutilFeatures
 from ._ledger import DeviceLedger
 from ._loop import Loop, RunSummary, WorkerEvent
@@ -31,6 +31,7 @@ from ._worker_config import TaskReport, WorkerConfig
 __all__ = ["RunSummary", "TaskReport", "Worker", "WorkerConfig", "WorkerEvent", "run_worker", "scaled_counts"]
 
 logger = logging.getLogger("fleet.client")
+UNRUNNABLE = "terms_unrunnable"  # a task's terms this device reads but cannot compute: given back
 
 SessionFactory = Callable[[Manifest, bytes, int], GradientComputer]
 
@@ -141,7 +142,10 @@ class Worker:
             num_params=manifest.num_params,
             encoding=self.config.wire_encoding,
         )
-        dp = self.ledger.admit(grant.dp, self.data, grant.task_id)  # policy and own budget; charged durably
+        try:  # policy and own budget, charged durably; unreadable terms are declined, never a crash
+            dp = self.ledger.admit(grant.dp, self.data, grant.task_id)
+        except TaskDeclined as exc:
+            raise self._decline(grant, exc) from exc
         private = is_private(dp)  # a DP task: its push says nothing of the data but the noised gradient
         self._private_asks = self._private_asks or private
         if dp is None:
@@ -162,7 +166,11 @@ class Worker:
             loss, gradient = session.loss_and_gradient(params, x, y)
         else:
             x_all = _fit_input(self.data.x, manifest.input_shape)
-            step = private_step(dp, dp_session, params, x_all, self.data.y)
+            try:
+                step = private_step(dp, dp_session, params, x_all, self.data.y)
+            except (ValueError, TypeError, KeyError, ArithmeticError, AssertionError) as exc:
+                detail = f"cannot run the task's {dp.mechanism} terms: {exc}"
+                raise self._decline(grant, TaskDeclined(detail, reason=UNRUNNABLE)) from exc
             loss, gradient, examples = (
                 step.loss if np.isfinite(step.loss) else 0.0,
                 step.gradient,
@@ -221,6 +229,15 @@ class Worker:
             report.predicted_time_ms, report.energy, report.energy_source, report.staleness, report.weight,
         )  # fmt: skip
         return report
+
+    def _decline(self, grant: TaskGrant, exc: TaskDeclined) -> TaskDeclined:
+        """Give ``grant`` back with ``exc``'s reason, so the coordinator ends its lease and records why; a
+        failure to tell it is only logged (the lease lapses anyway). Returns ``exc`` for the loop."""
+        try:
+            self.api.decline(grant.task_id, exc.reason, exc.detail)
+        except WorkerError as failed:
+            logger.warning("could not give task %s back: %s", grant.task_id, failed)
+        return exc
 
     def _request_task(self) -> TaskGrant:
         if self._active is None:
@@ -321,7 +338,8 @@ class Worker:
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with jitter: uniform in [d/2, d], d = initial * 2^(attempt-1), capped."""
-        delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0 ** max(0, attempt - 1))
+        doublings = min(max(0, attempt - 1), 60)  # bounded: 2.0 ** 1024 overflowed after 1025 declines
+        delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0**doublings)
         return float(self._jitter.uniform(delay / 2.0, delay))
 
 

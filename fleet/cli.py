@@ -55,6 +55,7 @@ def serve(
     _logging(True)
     if role:
         os.environ["FLEET_ROLE"] = role  # the uvicorn workers read their settings from the environment
+    _runnable_settings()
     if role == "aggregator":
         from server.scale.run import run_aggregator
         from server.settings import Settings
@@ -69,9 +70,23 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        proxy_headers=False,  # X-Forwarded-* only from FLEET_TRUSTED_PROXIES (server/api/app.py)
         ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
         ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
     )
+
+
+def _runnable_settings() -> None:
+    """Refuse to start with settings that cannot run (server/settings_rules.py: a strategy that needs DP
+    without it, DP in a scale-out role, an infinite limit...), naming each setting and what it requires,
+    before any process starts: the devices would otherwise fail at every grant."""
+    from server.settings import Settings
+    from server.settings_rules import startup_problem
+
+    problem = startup_problem(Settings)
+    if problem is not None:
+        typer.echo(f"error: the settings cannot run:\n{problem}", err=True)
+        raise typer.Exit(2)
 
 
 def _one_ledger(workers: int) -> None:

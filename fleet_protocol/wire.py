@@ -27,6 +27,7 @@ __all__ = [
     "PushOutcome",
     "Rejection",
     "TaskAsk",
+    "TaskDecline",
     "TaskGrant",
     "WireError",
     "decode_tensor",
@@ -167,6 +168,17 @@ class DPTerms:
             if terms.round is None or steps is None or size is None or not (steps >= 1 and size > 0):
                 raise WireError(f"DPTerms: {terms.mechanism} needs round, local_steps >= 1, step_size > 0")
         return terms
+
+
+@dataclass(frozen=True)
+class TaskDecline:
+    """``POST /v1/tasks/{id}/decline``: the device gives a granted task back unrun, because it cannot run its
+    terms (an unknown mechanism, DP terms without their fields, terms its privacy policy or budget
+    refuses). ``reason`` is a short code (``[a-z0-9_]``, e.g. ``privacy_terms_refused``), ``detail`` a
+    sentence; the coordinator counts and audits it and ends the lease, and the device asks again later."""
+
+    reason: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)

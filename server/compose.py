@@ -23,6 +23,7 @@ from server.core.following import FollowStorage
 from server.core.privacy import PrivacyPolicy
 from server.core.pushes import TRUSTED, Enqueue
 from server.settings import Settings
+from server.settings_rules import refusals
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.strategies import Strategy, dp_refusal, make_strategy, wrap
@@ -113,13 +114,9 @@ def role_parts(role: str, store: Any) -> dict[str, Any]:
 def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinator:
     """A started coordinator for ``settings.role``: state loaded from storage; unless it is an API
     worker (which only follows what the aggregator writes), the initial model added and the stop rule set."""
-    if settings.role != "all" and settings.dp:
-        raise ValueError("DP budgets are charged in one process: FLEET_DP needs FLEET_ROLE=all for now")
+    if problems := refusals(settings):  # validated already, unless built with model_construct
+        raise ValueError("; ".join(problems))
     check_dp_strategy(settings)
-    if settings.role != "all" and not settings.resolved_database_url().startswith("postgresql"):
-        raise ValueError(
-            f"FLEET_ROLE={settings.role} needs PostgreSQL (FLEET_DATABASE_URL): docs/scale-out.md"
-        )
     store = store or build_store(settings)
     coordinator = Coordinator(
         store=store,
@@ -161,6 +158,7 @@ def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> Evalu
         every_versions=settings.eval_every_versions,
         interval_s=settings.eval_interval_s,
     )
+    coordinator.evaluate_params = loop.evaluate  # a promoted or restored head is evaluated at once
     loop.start()
     return loop
 

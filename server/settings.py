@@ -37,15 +37,9 @@ from pydantic_settings import (
 
 from fleet_protocol.accounting import DEFAULT_DELTA
 from profiler.defaults import TUNED_PARAMS
-from server.strategies import (
-    DEFAULT_STRATEGY,
-    STRATEGIES,
-    WRAPPERS,
-    dp_refusal,
-    make_strategy,
-    settings_union,
-    wrap,
-)
+from server.settings_rules import refusals
+from server.settings_security import SECURITY_FIELDS, SecuritySettings
+from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS, settings_union
 from server.strategies.wrappers import WrapperSettings
 
 StrategyConfig = settings_union(STRATEGIES)  # one model per strategy, told apart by "name"
@@ -154,10 +148,10 @@ class FlatEnvironment(PydanticBaseSettingsSource):
         return values
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, SecuritySettings):  # + the security group (server/settings_security.py)
     model_config = SettingsConfigDict(
-        env_prefix="FLEET_", env_file=".env", extra="ignore", env_nested_delimiter="__"
-    )
+        env_prefix="FLEET_", env_file=".env", extra="ignore", env_nested_delimiter="__", allow_inf_nan=False
+    )  # every number finite: an inf limit is no limit (issue 29)
 
     # deployment
     data_dir: Path = Field(Path("var"), description="where the SQLite database and the secrets file live")
@@ -171,10 +165,10 @@ class Settings(BaseSettings):
         "redis://127.0.0.1:6379/0", description="where the aggregator announces new versions"
     )
     aggregator_batch: int = Field(
-        256, ge=1, description="queued pushes the aggregator applies per transaction"
+        256, ge=1, le=100_000, description="queued pushes the aggregator applies per transaction"
     )
     aggregator_lease_seconds: float = Field(
-        5.0, gt=0, description="a silent aggregator's lease lapses after this"
+        5.0, gt=0, le=3600, description="a silent aggregator's lease lapses after this"
     )
     enrollment_key: SecretStr | None = Field(
         None, description="the devices' enrollment key; unset: generated once into <data_dir>/secrets.json"
@@ -203,12 +197,14 @@ class Settings(BaseSettings):
     similarity_drop: float = Field(
         0.0, ge=0, lt=1, description="the controller refuses this share of the most label-redundant tasks"
     )
-    time_slo_ms: float = Field(1000.0, gt=0, description="I-Prof's target computation time per task (ms)")
-    energy_slo: float | None = Field(
-        None, description="I-Prof's target energy per task (battery %); unset: none"
+    time_slo_ms: float = Field(
+        1000.0, gt=0, le=3_600_000, description="I-Prof's target computation time per task (ms)"
     )
-    min_batch: int = Field(1, ge=1, description="the smallest mini-batch a task is granted")
-    max_batch: int = Field(1000, ge=1, description="the largest mini-batch a task is granted")
+    energy_slo: float | None = Field(
+        None, gt=0, le=100, description="I-Prof's target energy per task (battery %); unset: none"
+    )
+    min_batch: int = Field(1, ge=1, le=1_000_000, description="the smallest mini-batch a task is granted")
+    max_batch: int = Field(1000, ge=1, le=1_000_000, description="the largest mini-batch a task is granted")
     profiler_bootstrap: Path | None = Field(
         None, description="I-Prof's cold-start measurements (JSON); unset: its built-in prior"
     )
@@ -236,17 +232,20 @@ class Settings(BaseSettings):
 
     # protocol limits
     lease_seconds: float = Field(
-        60.0, gt=0, description="a task's result is accepted this long after its grant"
+        60.0, gt=0, le=86_400, description="a task's result is accepted this long after its grant"
     )
-    max_gradient_norm: float = Field(1e4, gt=0, description="pushes with a larger gradient norm are refused")
-    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, description="the largest request body accepted")
-    version_retention: int = Field(200, ge=1, description="model versions kept (older ones are deleted)")
-    rate_limit_per_second: float = Field(10.0, gt=0, description="requests per second per device")
-    rate_limit_burst: int = Field(30, ge=1, description="the burst a device may send above its rate")
-    enroll_rate_per_second: float = Field(10.0, gt=0, description="enrollments per second per client address")
+    max_gradient_norm: float = Field(
+        1e4, gt=0, le=1e6, description="pushes with a larger gradient norm are refused (always checked)"
+    )
+    max_body_bytes: int = Field(16 * 1024 * 1024, gt=0, le=2**30, description="the largest request body")
+    version_retention: int = Field(200, ge=1, le=100_000, description="model versions kept (older: deleted)")
+    rate_limit_per_second: float = Field(10.0, gt=0, le=1e6, description="requests per second per device")
+    rate_limit_burst: int = Field(30, ge=1, le=1_000_000, description="the burst a device may send above it")
+    enroll_rate_per_second: float = Field(10.0, gt=0, le=1e6, description="enrollments per second per IP")
     enroll_burst: int = Field(
         250,
         ge=1,
+        le=1_000_000,
         description="the enrollment burst per address (a 200-device fleet behind one NAT enrolls at once)",
     )
 
@@ -255,19 +254,19 @@ class Settings(BaseSettings):
         None, description="held-out data (npz with x (N, ...) and y (N,)); unset: none"
     )
     eval_every_versions: int = Field(50, ge=1, description="evaluate every this many versions")
-    eval_interval_s: float = Field(5.0, gt=0, description="and at most this often (seconds)")
+    eval_interval_s: float = Field(5.0, gt=0, le=86_400, description="and at most this often (seconds)")
     target_accuracy: float | None = Field(
-        None, description="training finishes at this accuracy; unset: never"
+        None, gt=0, le=1, description="training finishes at this accuracy; unset: never"
     )
     max_versions: int | None = Field(
-        None, description="training finishes at this many versions; unset: never"
+        None, ge=1, description="training finishes at this many versions; unset: never"
     )
 
     # admin web console (/admin); FLEET_CONSOLE=false serves none of it and training is unaffected
     console: bool = Field(True, description="serve the admin web console at /admin")
     console_user: str | None = Field(None, description="first-run console user, created when there is none")
     console_password: SecretStr | None = Field(None, description="that user's password")
-    console_session_hours: float = Field(12.0, gt=0, description="a console session lasts this long")
+    console_session_hours: float = Field(12.0, gt=0, le=720, description="a console session lasts this long")
     login_rate_per_minute: float = Field(
         6.0, gt=0, description="console logins per minute, per client address and per username"
     )
@@ -292,11 +291,10 @@ class Settings(BaseSettings):
         return fold_flat(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
-    def _dp_reads(self) -> Settings:
-        """With DP on, nothing may read what a DP device does not send, nor use 'paper' noise (dp_refusal)."""
-        strategy = wrap(make_strategy(self.strategy), self.wrappers) if self.dp else None
-        if strategy is not None and (problem := dp_refusal(strategy, similarity_drop=self.similarity_drop)):
-            raise ValueError(problem)
+    def _can_run(self) -> Settings:
+        """Strategy, wrappers, DP and role together must be runnable (server/settings_rules.py RULES)."""
+        if problems := refusals(self):
+            raise ValueError("; ".join(problems))
         return self
 
     def resolved_database_url(self) -> str:
@@ -349,6 +347,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "console", "console_user", "console_password", "console_session_hours", "login_rate_per_minute",
         "login_burst",
     ),
+    "Security": SECURITY_FIELDS,
 }  # fmt: skip
 
 # What the console may change while training runs (applied by server/compose.py's apply_settings), by page

@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from server.settings import SECTIONS, Settings
+from server.settings_rules import RULES
 from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS
 
 OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -63,9 +65,45 @@ def first_line(cls: type) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
-def section_table(rows: list[tuple[str, str, str, str]], first: str = "variable") -> list[str]:
-    lines = [f"| {first} | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| {v} | {t} | {d} | {m.replace('<', '&lt;')} |" for v, t, d, m in rows]
+BOUNDS = ((annotated_types.Gt, "gt", ">"), (annotated_types.Ge, "ge", "≥"))
+BOUNDS += ((annotated_types.Lt, "lt", "<"), (annotated_types.Le, "le", "≤"))
+
+
+def range_of(field: FieldInfo) -> str:
+    """A numeric field's documented range, from its pydantic bounds (every number is finite: the models
+    refuse inf and NaN); empty for other types."""
+    if not any(kind in str(field.annotation) for kind in ("float", "int")):
+        return ""
+    parts = [
+        f"{sign} {getattr(bound, name):g}"
+        for bound in field.metadata
+        for kind, name, sign in BOUNDS
+        if isinstance(bound, kind)
+    ]
+    return ", ".join(parts) or "finite"
+
+
+def section_table(rows: list[tuple[str, str, str, str, str]], first: str = "variable") -> list[str]:
+    lines = [f"| {first} | type | default | range | meaning |", "|---|---|---|---|---|"]
+    lines += [f"| {v} | {t} | {d} | {r} | {m.replace('<', '&lt;')} |" for v, t, d, r, m in rows]
+    return lines + [""]
+
+
+def rules_table() -> list[str]:
+    """docs/configuration.md's "What requires what": server/settings_rules.py RULES."""
+    lines = [
+        "## What requires what",
+        "",
+        "Settings that cannot run together are refused wherever they are set: at start-up (`fleet serve`",
+        "exits with the setting and what it requires) and on the console's settings page (the error is shown",
+        "and nothing changes). The rules are server/settings_rules.py's `RULES`. Every number is finite and",
+        "within the range its table gives (`inf`, `NaN` and, say, `1e300` for a limit are refused), so no",
+        "limit can be switched off: the push norm check (`FLEET_MAX_GRADIENT_NORM`) always applies.",
+        "",
+        "| setting | requires | why |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {rule.setting} | {rule.requires} | {rule.why} |" for rule in RULES]
     return lines + [""]
 
 
@@ -114,8 +152,11 @@ def render() -> str:
             kind = "strategy settings" if name == "strategy" else type_name(field.annotation)
             if name == "wrappers":
                 kind = "list of wrapper settings"
-            rows.append((f"`FLEET_{name.upper()}`", kind, default_of(field), field.description or ""))
+            rows.append(
+                (f"`FLEET_{name.upper()}`", kind, default_of(field), range_of(field), field.description or "")
+            )
         out += section_table(rows)
+    out += rules_table()
 
     out += [
         "## Strategies",
@@ -137,7 +178,9 @@ def render() -> str:
             if field.default is None and defaults.get(key) is not None:
                 value = f"unset: {shown(defaults[key])}"
             variable = f"`FLEET_{key.upper()}`"
-            rows.append((variable, type_name(field.annotation), value, field.description or ""))
+            rows.append(
+                (variable, type_name(field.annotation), value, range_of(field), field.description or "")
+            )
         out += section_table(rows)
 
     out += [
@@ -153,7 +196,13 @@ def render() -> str:
         module = cls.__module__.replace(".", "/") + ".py"
         out += [f"### `{name}`", "", f"{first_line(cls)} ({module}, `{cls.__name__}`).{also}", ""]
         rows = [
-            (f"`{key}`", type_name(field.annotation), default_of(field), field.description or "")
+            (
+                f"`{key}`",
+                type_name(field.annotation),
+                default_of(field),
+                range_of(field),
+                field.description or "",
+            )
             for key, field in cls.settings.model_fields.items()
             if key != "name"
         ]

@@ -29,7 +29,9 @@ from server.core.events import (
     StatusChanged,
     StopCriterionSet,
     TaskGranted,
+    VersionNoted,
 )
+from server.core.lineage import version_record
 from server.core.ports import (
     AnsweredTask,
     DeviceRecord,
@@ -39,6 +41,7 @@ from server.core.ports import (
     MeasurementRecord,
     ModelRecord,
     PromotionRecord,
+    VersionRecord,
 )
 from server.core.types import Device
 
@@ -53,6 +56,9 @@ class MemoryStore:
         self._lock = threading.Lock()
         self.models_: dict[str, dict[str, Any]] = {}
         self.versions_: dict[tuple[str, int], tuple[bytes, float]] = {}
+        self.lineage: dict[
+            tuple[str, int], tuple[str | None, int | None, str | None]
+        ] = {}  # origin, source, note
         self.tasks: dict[str, dict[str, Any]] = {}
         self.devices_: dict[str, DeviceRecord] = {}  # by device id
         self.token_hashes: dict[str, str] = {}  # token hash -> device id
@@ -156,6 +162,7 @@ class MemoryStore:
                     self.keys[e.key_id] = (dataclasses.replace(key, revoked_at=e.at), digest)
             case HeadPromoted():
                 self._new_version(e.model_id, e.version, e.params, e.at)
+                self.lineage[(e.model_id, e.version)] = (e.kind, e.source_version, e.note)
                 for model_id, model in self.models_.items():
                     model["active"] = model_id == e.model_id
                 self.models_[e.model_id]["status"] = "training"
@@ -168,8 +175,12 @@ class MemoryStore:
                         e.previous_version,
                         e.actor,
                         e.at,
+                        e.kind,
                     )
                 )
+            case VersionNoted():
+                origin, source, _ = self.lineage.get((e.model_id, e.version), (None, None, None))
+                self.lineage[(e.model_id, e.version)] = (origin, source, e.note)
             case StateCheckpoint():
                 if e.model_id is not None and e.strategy is not None:
                     self.strategies[e.model_id] = e.strategy
@@ -225,8 +236,11 @@ class MemoryStore:
         stored = self.versions_.get((model_id, version))
         return None if stored is None else stored[0]
 
-    def versions(self, model_id: str) -> list[tuple[int, float]]:
-        return sorted((v, at) for (m, v), (_, at) in self.versions_.items() if m == model_id)
+    def versions(self, model_id: str) -> list[VersionRecord]:
+        retained = sorted((v, at) for (m, v), (_, at) in self.versions_.items() if m == model_id)
+        return [
+            version_record(v, at, *self.lineage.get((model_id, v), (None, None, None))) for v, at in retained
+        ]
 
     def device_by_token(self, token_hash: str) -> Device | None:
         record = self.devices_.get(self.token_hashes.get(token_hash, ""))
@@ -251,6 +265,9 @@ class MemoryStore:
 
     def last_promotion(self) -> PromotionRecord | None:
         return self.promotions[-1] if self.promotions else None
+
+    def head_changes(self) -> list[PromotionRecord]:
+        return list(self.promotions)
 
     def lease(self, task_id: str) -> Lease | None:
         t = self.tasks.get(task_id)

@@ -278,8 +278,8 @@ def test_model_downloads(console):
     login(client)
     coordinator = client.app.state.coordinator
     model_id = coordinator.run.model_id
-    infer = client.get(f"/admin/models/{model_id}/infer.onnx")
-    assert infer.status_code == 200 and infer.content == coordinator.catalog.graph(model_id, "infer")
+    train = client.get(f"/admin/models/{model_id}/train.onnx")  # the inference model: test_console_models
+    assert train.status_code == 200 and train.content == coordinator.catalog.graph(model_id, "train")
     params = client.get(f"/admin/models/{model_id}/versions/0.bin")
     np.testing.assert_array_equal(
         np.frombuffer(params.content, "<f4"), coordinator.catalog.params(model_id, 0)

@@ -341,7 +341,7 @@ def test_a_promotion_written_before_older_pushes_in_one_batch_keeps_the_newest_h
     store.commit([granted])
     store.commit([promoted, answered])
     assert store.model(model_id).current_version == 2
-    assert [v for v, _ in store.versions(model_id)] == [0, 1, 2]
+    assert [r.version for r in store.versions(model_id)] == [0, 1, 2]
 
 
 # -- live reconfiguration ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ STATUSES: dict[tuple[str, str], set[int]] = {
     ("post", "/v1/devices"): {201, 401, 403, 429} | JSON_IN,
     ("post", "/v1/tasks"): {201, 410, 429, 503} | DEVICE | JSON_IN,
     ("post", "/v1/tasks/{task_id}/result"): {200, 403, 404, 409, 410, 413, 415, 422} | DEVICE,
+    ("post", "/v1/tasks/{task_id}/decline"): {204, 403, 404, 409} | DEVICE | JSON_IN,
     ("get", "/v1/models"): {200},
     ("get", "/v1/models/active"): {200, 404},
     ("get", "/v1/models/{model_id}"): {200, 404, 422},

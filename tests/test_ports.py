@@ -71,7 +71,7 @@ def test_the_core_runs_and_restarts_on_an_in_memory_store():
     assert restarted.evaluations(core.run.model_id)[-1]["accuracy"] == 0.5
     retry = restarted.submit(device, grants[0].task_id, result(n, 0.01, grants[0].task_id))
     assert retry.duplicate and retry.version == outcomes[0].version
-    assert [v for v, _ in restarted.catalog.versions(core.run.model_id)] == [0, 1, 2, 3]
+    assert [r.version for r in restarted.catalog.versions(core.run.model_id)] == [0, 1, 2, 3]
     core.close()
     restarted.close()
 
@@ -184,12 +184,13 @@ def test_each_strategy_declares_its_settings():
 
     for name, cls in STRATEGIES.items():
         assert {"name", "learning_rate", "k", "time_window"} <= set(cls.settings.model_fields)
+        dp = getattr(cls, "needs_dp", None) is not None  # audp, mapa: refused without DP (settings_rules)
         params = strategy_params(
-            Settings(strategy=name, learning_rate=0.1, k=2, time_window=3.0, _env_file=None)
+            Settings(strategy=name, learning_rate=0.1, k=2, time_window=3.0, dp=dp, _env_file=None)
         )
         assert {"learning_rate", "k", "time_window"} <= set(params)
         assert repr(cls(**params))  # the strategy accepts exactly what it declares
-        assert repr(cls(**strategy_params(Settings(strategy=name, _env_file=None))))  # and its own defaults
+        assert repr(cls(**strategy_params(Settings(strategy=name, dp=dp, _env_file=None))))  # its own defaults
     assert "over_selection" in strategy_params(Settings(strategy="ssgd", _env_file=None))
     assert "percentile" not in strategy_params(Settings(strategy="fedbuff", _env_file=None))
 

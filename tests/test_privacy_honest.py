@@ -109,10 +109,11 @@ def test_a_dp_request_with_the_exact_n_is_refused_and_the_real_worker_is_granted
 
 # -- finding 6: the 'paper' norm-Laplace sampler charged as ε-DP -------------------------------------------
 @pytest.mark.parametrize("strategy", ["audp", "mapa"])
-def test_the_paper_sampler_is_a_settings_error_with_dp_on_only(strategy):
+def test_the_paper_sampler_is_a_settings_error_with_dp_on_and_the_strategy_one_without(strategy):
     with pytest.raises(pydantic.ValidationError, match="'paper' noise sampler"):
         Settings(_env_file=None, dp=True, strategy=strategy, dp_noise_sampler="paper")
-    assert Settings(_env_file=None, dp=False, strategy=strategy, dp_noise_sampler="paper").dp is False
+    with pytest.raises(pydantic.ValidationError, match="FLEET_DP"):  # without DP: refused for needing it
+        Settings(_env_file=None, dp=False, strategy=strategy, dp_noise_sampler="paper")
     assert Settings(_env_file=None, dp=True, strategy=strategy, dp_noise_sampler="exact").dp
     running = Settings(_env_file=None, dp=True, strategy=strategy)
     with pytest.raises(pydantic.ValidationError, match="paper"):  # nor may the console switch to it

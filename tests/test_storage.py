@@ -64,7 +64,7 @@ def test_restart_finds_every_acknowledged_thing(tmp_path, storage_url):
     # a retried push of an acknowledged task gets its original answer; versions past retention are gone
     device, task_id, body = outcomes[0]
     assert second.submit(device, task_id, body).duplicate
-    assert [v for v, _ in second.catalog.versions(after.model_id)] == [0, 1, 2, 3]
+    assert [r.version for r in second.catalog.versions(after.model_id)] == [0, 1, 2, 3]
     np.testing.assert_array_equal(second.catalog.params(after.model_id, 3), before.params)
 
 

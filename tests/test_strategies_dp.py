@@ -140,10 +140,10 @@ def test_registered_with_settings_and_on_the_console():
     for name, cls in (("audp", AUDP), ("mapa", MAPA)):
         strategy = make_strategy(name)
         assert isinstance(strategy, cls)
-        assert Settings(strategy=name, _env_file=None).strategy == cls.settings()
+        assert Settings(strategy=name, dp=True, _env_file=None).strategy == cls.settings()
         assert "strategy" in LIVE_SETTINGS["Learning"]  # its fields are the console's, from its settings
     assert "audp_clip" not in MAPA.settings.model_fields
     from server.compose import strategy_params
 
-    params = strategy_params(Settings(strategy="mapa", mapa_theta=0.25, _env_file=None))
+    params = strategy_params(Settings(strategy="mapa", mapa_theta=0.25, dp=True, _env_file=None))
     assert make_strategy("mapa", **params).theta == 0.25

@@ -13,6 +13,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from server import console
 from server.api import openapi
@@ -20,6 +21,7 @@ from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.hotpull import ParamsFromMemory
 from server.api.metrics import Metrics
+from server.api.opsauth import OpsToken
 from server.api.routes import admin, devices, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
 from server.compose import build_coordinator, build_evaluation_loop, build_store
@@ -118,7 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
     app.state.enroll_limiter = RateLimiter(rate=settings.enroll_rate_per_second, burst=settings.enroll_burst)
     app.state.max_body_bytes = settings.max_body_bytes
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_seconds)
     app.add_middleware(ParamsFromMemory, state=app.state)  # a task's pull, before routing (hotpull.py)
 
     app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
@@ -153,4 +155,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         console.install(app)
     app.include_router(health.router)
     openapi.install(app)  # one error schema; the hand-written request forms' schemas
+    _outer_guards(app, settings)
     return app
+
+
+def _outer_guards(app: FastAPI, settings: Settings) -> None:
+    """The operations token, then the trusted proxies' headers: added last, so outermost, every layer
+    (the throttles, the console's origin check) sees the real client address and scheme. `fleet serve`
+    turns uvicorn's own proxy handling off: it would believe X-Forwarded-For from 127.0.0.1."""
+    if settings.ops_token is not None:
+        app.add_middleware(OpsToken, token=settings.ops_token.get_secret_value())
+    if settings.proxy_list():
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.proxy_list())

@@ -176,8 +176,16 @@ class ManifestOut(BaseModel):
 
 
 class VersionOut(BaseModel):
+    """A retained version and where it came from (docs/console.md, "Models")."""
+
     version: int
     created_at: float
+    origin: Literal["initial", "trained", "promotion", "rollback"] = Field(
+        description="initial: the bundle's parameters; trained: pushes on source_version; promotion: "
+        "source_version's parameters promoted; rollback: source_version's parameters restored"
+    )
+    source_version: int | None = Field(description="the version it came from (None for version 0)")
+    note: str | None = Field(description="the operator's note (plain text, at most 500 characters)")
 
 
 class StopCriterion(Input):

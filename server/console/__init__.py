@@ -20,8 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.console import actions, auth, models, pages
 from server.console.accounts import Accounts
+from server.console.origin import SameOriginPosts
 from server.console.web import ConsoleState, LoginRequired, login_url
-from server.ratelimit import RateLimiter
+from server.ratelimit import LoginThrottle
 from server.settings import Settings
 from server.store.admin import AdminStore
 
@@ -91,6 +92,7 @@ def install(app: FastAPI) -> None:
             return Response('{"detail": "log in first"}', 401, media_type="application/json")
         return RedirectResponse(login_url(exc.next_path if request.method == "GET" else "/admin"), 303)
 
+    app.add_middleware(SameOriginPosts)  # defence in depth beside the CSRF token (origin.py)
     app.add_middleware(SecurityHeaders)
 
 
@@ -100,8 +102,13 @@ def open_console(settings: Settings, store: AdminStore) -> ConsoleState:
     user, password = settings.console_user, settings.console_password
     if user and password and accounts.ensure_first_user(user, password.get_secret_value()):
         log.warning("created the first console user %r", user)
-    limiter = RateLimiter(rate=settings.login_rate_per_minute / 60, burst=settings.login_burst)
-    return ConsoleState(accounts=accounts, store=store, settings=settings, login_limiter=limiter)
+    throttle = LoginThrottle(
+        rate=settings.login_rate_per_minute / 60,
+        burst=settings.login_burst,
+        free_failures=settings.login_free_failures,
+        max_backoff=settings.login_backoff_max_seconds,
+    )
+    return ConsoleState(accounts=accounts, store=store, settings=settings, login_throttle=throttle)
 
 
 __all__ = ["install", "open_console"]

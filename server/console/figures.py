@@ -75,6 +75,7 @@ class Figures:
             "tasks_by_status": counts,
             "tasks_rejected": sum(rejected.values()),
             "rejected_by_reason": rejected,
+            "declined_by_reason": dict(c.recent.declines),  # tasks devices gave back unrun (issue 29)
             "staleness_p50": float(np.percentile(staleness, 50)),
             "staleness_p99": float(np.percentile(staleness, 99)),
             "degraded": c.degraded,
@@ -95,6 +96,7 @@ class Figures:
         counts = self.store.task_counts(self.model_id) if self.model_id else {}
         rows: list[Row] = [("granted", status, n) for status, n in sorted(counts.items())]
         rows += [("rejected", reason, n) for reason, n in sorted(self.coordinator.recent.rejections.items())]
+        rows += [("declined", reason, n) for reason, n in sorted(self.coordinator.recent.declines.items())]
         return rows
 
     def staleness(self, _: dict[str, str]) -> list[Row]:

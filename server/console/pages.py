@@ -14,14 +14,15 @@ from fastapi.responses import JSONResponse, Response
 from fleet_protocol.accounting import STATEMENT
 from server.console.charts import CHARTS
 from server.console.figures import DATASETS, Figures
+from server.console.models import page_data
 from server.console.web import Session, console_state, coordinator_of, render
 from server.core.errors import CoordinatorError
+from server.core.lineage import MAX_NOTE
 from server.settings import LIVE_SETTINGS, Settings
 from server.strategies import STRATEGIES, WRAPPERS
 
 router = APIRouter()
 PAGE_SIZE = 100
-NEWEST_VERSIONS, MAX_VERSIONS = 5, 60  # a model's versions listed: the newest, then evaluated ones
 
 
 def _figures(request: Request) -> Figures:
@@ -71,7 +72,7 @@ async def devices(
     )
 
 
-@router.get("/devices/models/{device_model}", include_in_schema=False)
+@router.get("/devices/models/{device_model:path}", include_in_schema=False)  # a name may hold "/"
 async def device_model_page(request: Request, session: Session, device_model: str) -> Response:
     coordinator = coordinator_of(request)
     try:
@@ -88,27 +89,10 @@ async def device_model_page(request: Request, session: Session, device_model: st
 async def models(
     request: Request, session: Session, msg: str | None = None, error: str | None = None
 ) -> Response:
-    coordinator = coordinator_of(request)
-
-    def read() -> list[dict[str, Any]]:
-        listed = []
-        for info in coordinator.catalog.list():
-            accuracy = {e.version: e.accuracy for e in coordinator.store.evaluations(info.model_id)}
-            retained = sorted(coordinator.catalog.versions(info.model_id), reverse=True)
-            # the newest few, then the evaluated ones: the versions worth promoting
-            shown = [(v, at) for i, (v, at) in enumerate(retained) if i < NEWEST_VERSIONS or v in accuracy]
-            listed.append(
-                {
-                    "info": info,
-                    "retained": len(retained),
-                    "versions": [(v, at, accuracy.get(v)) for v, at in shown[:MAX_VERSIONS]],
-                }
-            )
-        return listed
-
-    listed = await run_in_threadpool(read)
-    promotion = await run_in_threadpool(coordinator.store.last_promotion)
-    return render(request, "models.html", models=listed, promotion=promotion, msg=msg, error=error)
+    listed, history = await run_in_threadpool(page_data, coordinator_of(request))
+    return render(
+        request, "models.html", models=listed, history=history, max_note=MAX_NOTE, msg=msg, error=error
+    )
 
 
 @router.get("/settings", include_in_schema=False)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
+from anyio import CapacityLimiter
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.templating import Jinja2Templates
@@ -20,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 from server.console.accounts import Accounts, ConsoleSession
 from server.console.figures import iso
 from server.core.coordinator import Coordinator
-from server.ratelimit import RateLimiter
+from server.ratelimit import LoginThrottle
 from server.settings import Settings
 from server.store.admin import AdminStore
 
@@ -28,6 +29,8 @@ COOKIE = "fleet_session"
 LOGIN_CSRF_COOKIE = "fleet_login_csrf"
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["iso"] = iso
+# one path segment of a URL: Jinja's urlencode keeps "/", and a device model named "A/B" must stay one segment
+templates.env.filters["segment"] = lambda value: quote(str(value), safe="")
 
 
 @dataclass
@@ -37,7 +40,10 @@ class ConsoleState:
     accounts: Accounts
     store: AdminStore
     settings: Settings
-    login_limiter: RateLimiter
+    login_throttle: LoginThrottle
+    # argon2 runs in threads of its own (at most this many at once, 64 MiB each): a login neither blocks
+    # the event loop nor queues behind the device requests that fill the default thread pool
+    hashing: CapacityLimiter = field(default_factory=lambda: CapacityLimiter(2))
 
 
 class LoginRequired(Exception):

@@ -14,7 +14,7 @@ import numpy as np
 from fleet_protocol import Bundle, Manifest
 from server.core.errors import Gone, NotFound
 from server.core.events import ModelAdded
-from server.core.ports import ModelRecord, Store
+from server.core.ports import ModelRecord, Store, VersionRecord
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class Catalog:
     def params(self, model_id: str, version: int) -> np.ndarray:
         return np.frombuffer(self.params_bytes(model_id, version), dtype="<f4")
 
-    def versions(self, model_id: str) -> list[tuple[int, float]]:
+    def versions(self, model_id: str) -> list[VersionRecord]:
+        """The retained versions, oldest first, with their lineage and notes; NotFound for no model."""
         self.record(model_id)
         return self.store.versions(model_id)

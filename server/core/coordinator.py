@@ -51,6 +51,7 @@ from server.core.pushes import DEVICE_CHECKS, ApplyNow, Push, PushCheck, PushSin
 from server.core.run import TrainingRun
 from server.core.steering import Steering
 from server.core.types import Device, PushOutcome, Snapshot, TaskRequest, TaskResult
+from server.core.validation import norm_bound
 
 log = logging.getLogger("fleet.server")
 ANSWERED = ("applied", "queued", "dropped")  # a task's statuses once its push was accepted
@@ -89,7 +90,7 @@ class Coordinator(Granting, Steering):
         self.admission = admission or AdmissionController()
         self.clock = clock
         self.lease_seconds = lease_seconds
-        self.max_gradient_norm = max_gradient_norm
+        self.max_gradient_norm = norm_bound(max_gradient_norm)
         self.version_retention = version_retention
         self.retry_after = retry_after
         # which version a task is computed on (default: the newest); the experiments' staleness
@@ -132,6 +133,7 @@ class Coordinator(Granting, Steering):
         for key, state in self.store.profiler_states().items():
             self._load_profile(key, state)
         self.recent.rejections = self.store.counters("rejected:")
+        self.recent.declines = self.store.counters("declined:")
         if self.privacy_policy is not None:
             self.privacy = PrivacyLedger(self.privacy_policy, self.store.privacy_charges())
         record = self.catalog.active()

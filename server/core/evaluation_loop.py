@@ -6,6 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import numpy as np
+
 from server.core.coordinator import Coordinator
 from server.core.evaluation import Evaluator
 
@@ -50,15 +52,20 @@ class EvaluationLoop(threading.Thread):
             if not due:
                 continue
             try:
-                evaluator = self._evaluators.get(snapshot.model_id)
-                if evaluator is None:
-                    evaluator = self._evaluators[snapshot.model_id] = self.make_evaluator(snapshot.model_id)
-                accuracy, loss = evaluator.evaluate(snapshot.params)
+                accuracy, loss = self.evaluate(snapshot.model_id, snapshot.params)
                 self.coordinator.record_evaluation(snapshot.model_id, snapshot.version, accuracy, loss)
             except Exception:  # an evaluation failure must never stop training
                 log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)
             last[snapshot.model_id] = snapshot.version
             waited = 0.0
+
+    def evaluate(self, model_id: str, params: np.ndarray) -> tuple[float, float]:
+        """(accuracy, loss) of ``params``: also the coordinator's ``evaluate_params``, so that a promoted
+        or restored head is scored at once (server/compose.py); one evaluator per model, shared."""
+        evaluator = self._evaluators.get(model_id)
+        if evaluator is None:
+            evaluator = self._evaluators[model_id] = self.make_evaluator(model_id)
+        return evaluator.evaluate(params)
 
     def stop(self) -> None:
         self.stopped.set()

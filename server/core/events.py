@@ -230,7 +230,9 @@ class EnrollmentKeyRevoked:
 @dataclass(frozen=True)
 class HeadPromoted:
     """A retained version's parameters became the head that trains, as ``version`` of ``model_id`` (one
-    above its newest); ``model_id`` becomes the active model. ``previous_*`` is the head it replaced."""
+    above its newest); ``model_id`` becomes the active model. ``previous_*`` is the head it replaced.
+    ``kind``: "promotion", or "rollback" (it restores the head an earlier promotion replaced: the
+    new version's lineage names ``source_version`` as the one it restored, server/core/lineage.py)."""
 
     model_id: str
     version: int
@@ -238,6 +240,19 @@ class HeadPromoted:
     params: bytes
     previous_model_id: str
     previous_version: int
+    actor: str
+    at: float
+    kind: str = "promotion"
+    note: str | None = None  # the operator's note on the new version (server/core/lineage.py clean_note)
+
+
+@dataclass(frozen=True)
+class VersionNoted:
+    """The operator's note on a version was set (None: cleared)."""
+
+    model_id: str
+    version: int
+    note: str | None
     actor: str
     at: float
 
@@ -271,5 +286,6 @@ Event = (
     | EnrollmentKeyCreated
     | EnrollmentKeyRevoked
     | HeadPromoted
+    | VersionNoted
     | StateCheckpoint
 )

@@ -18,6 +18,21 @@ class RecentFigures:
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=2000))
     timings: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=2000))
     rejections: dict[str, int] = field(default_factory=dict)
+    declines: dict[str, int] = field(default_factory=dict)  # tasks devices gave back unrun, by their reason
+    _declined_at: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def declined(self, device_id: str, reason: str, now: float, quiet_s: float = 600.0) -> bool:
+        """Count a declined task; True when this device has not declined for this reason in ``quiet_s``
+        (the API audits only those: a fleet on terms it cannot run declines at every grant)."""
+        self.declines[reason] = self.declines.get(reason, 0) + 1
+        last = self._declined_at.get((device_id, reason))
+        if last is not None and now - last < quiet_s:
+            return False
+        if len(self._declined_at) >= 10_000:  # bounded: forget the oldest pair
+            del self._declined_at[next(iter(self._declined_at))]
+        self._declined_at.pop((device_id, reason), None)
+        self._declined_at[(device_id, reason)] = now
+        return True
 
     def summary(self) -> dict[str, Any]:
         staleness = np.array(self.staleness or [0])
@@ -31,6 +46,7 @@ class RecentFigures:
             "batch_size_p50": float(np.percentile(sizes, 50)),
             "batch_size_max": int(sizes.max()),
             "rejections": dict(self.rejections),
+            "declines": dict(self.declines),
             "predicted_time_ms_p50": float(np.percentile(timings[:, 0], 50)),
             "measured_time_ms_p50": float(np.percentile(timings[:, 1], 50)),
             "time_abs_error_ms_p90": float(np.percentile(np.abs(timings[:, 1] - timings[:, 0]), 90)),

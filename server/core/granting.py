@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.core.admission import AdmissionController
+from server.core.errors import Conflict, Forbidden, NotFound
 from server.core.events import CounterBumped, LeasesExpired
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
@@ -19,7 +20,7 @@ from server.core.leases import Lease, LeaseBook
 from server.core.ports import Profiler
 from server.core.privacy import PRIVACY_RETRY_AFTER, PrivacyLedger, Refusal
 from server.core.run import TrainingRun, granted
-from server.core.types import Rejection, TaskGrant, TaskRequest
+from server.core.types import Device, Rejection, TaskGrant, TaskRequest
 from server.core.validation import request_counts, validate_features
 
 
@@ -128,6 +129,24 @@ class Granting:
                 slo_energy=self.profiler.energy_slo,
                 predicted_energy=decision.predicted_energy,
             )
+
+    def decline(self, device: Device, task_id: str, *, reason: str) -> bool:
+        """The device gives a granted task back unrun: terms it cannot run (issue 29). Its lease ends now,
+        so a late push for it is refused, and ``declined:<reason>`` is counted (figures, storage); a DP
+        task stays charged (a charge is made at grant). Returns ``RecentFigures.declined``'s answer (the
+        API audits the first of a device's declines for a reason). NotFound, Forbidden or Conflict."""
+        with self._lock:
+            lease = self.leases.get(task_id)
+            if lease is None:
+                raise NotFound(f"no task {task_id!r}")
+            if lease.device_id != device.device_id:
+                raise Forbidden("this task belongs to another device")
+            if lease.status != "open" or lease.digest is not None:
+                raise Conflict(f"task {task_id} was already answered")
+            now = self.clock()
+            lease.deadline = min(lease.deadline, now)
+            self.journal.record(CounterBumped(f"declined:{reason}"))
+            return self.recent.declined(device.device_id, reason, now)
 
     def _dp_terms(
         self, request: TaskRequest, run: TrainingRun, batch_size: int, step: dict[str, Any] | None = None

@@ -1,4 +1,7 @@
-"""One self-contained ONNX file for inference: the parameter inputs become initializers."""
+"""One self-contained ONNX file for inference: the parameter inputs become initializers.
+
+``export_inference`` is the one way out for both the API's and the console's downloads: the bare
+inference graph takes the parameters as inputs, so it is not a runnable model on its own."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import onnx
 from onnx import numpy_helper
 
 from fleet_protocol import Manifest
+from server.core.catalog import Catalog
 
 
 def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> bytes:
@@ -24,3 +28,11 @@ def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> b
         numpy_helper.from_array(np.ascontiguousarray(t), name) for name, t in tensors.items()
     )
     return model.SerializeToString()
+
+
+def export_inference(catalog: Catalog, model_id: str, version: int | None = None) -> tuple[int, bytes]:
+    """(version, ONNX bytes): the inference graph with that version's weights (default: the head's)
+    inside. NotFound for an unknown model or version, Gone past retention."""
+    version = catalog.record(model_id).current_version if version is None else version
+    params = catalog.params(model_id, version)
+    return version, bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params)

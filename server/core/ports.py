@@ -38,6 +38,7 @@ __all__ = [
     "Store",
     "Strategy",
     "TaskTerms",
+    "VersionRecord",
 ]
 
 
@@ -264,6 +265,20 @@ class PromotionRecord:
     previous_version: int
     actor: str
     at: float
+    kind: str = "promotion"  # or "rollback"
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """A retained version and its lineage: ``origin`` is "trained" (pushes on ``version - 1``),
+    "initial" (the bundle's parameters), "promotion" (``source_version``'s parameters, promoted) or
+    "rollback" (``source_version``'s parameters, restored); ``note`` is the operator's."""
+
+    version: int
+    created_at: float
+    origin: str = "trained"
+    source_version: int | None = None
+    note: str | None = None
 
 
 @runtime_checkable
@@ -284,7 +299,7 @@ class Store(Protocol):
     def models(self) -> list[ModelRecord]: ...
     def graph(self, model_id: str, which: str) -> bytes | None: ...
     def version_params(self, model_id: str, version: int) -> bytes | None: ...
-    def versions(self, model_id: str) -> list[tuple[int, float]]: ...
+    def versions(self, model_id: str) -> list[VersionRecord]: ...  # oldest first
 
     # devices and tasks
     def device_by_token(self, token_hash: str) -> Device | None:
@@ -300,6 +315,10 @@ class Store(Protocol):
     def enrollment_keys(self) -> list[EnrollmentKey]: ...
     def enrollment_key_by_hash(self, key_hash: str) -> EnrollmentKey | None: ...
     def last_promotion(self) -> PromotionRecord | None: ...
+    def head_changes(self) -> list[PromotionRecord]:
+        """Every promotion and rollback, oldest first (operator actions: a few, never per push)."""
+        ...
+
     def lease(self, task_id: str) -> Lease | None: ...
     def privacy_charges(self) -> list[PrivacyCharged]: ...  # every DP task's ledger entry, oldest first
     def answered_tasks(self, model_id: str, limit: int) -> list[AnsweredTask]: ...

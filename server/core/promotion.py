@@ -4,7 +4,8 @@ Versions only grow: promoting (model, v) writes v's parameters again as the mode
 so what devices cached under a version number never changes meaning. The model becomes the active one
 and trains on from there with a fresh strategy (what it had buffered was computed on other
 parameters). Tasks granted before the promotion are refused with 410 (``superseded``): devices treat
-that as a lost task and ask again. A rollback promotes the head the last promotion replaced.
+that as a lost task and ask again. A rollback writes the head a promotion replaced the same way, as its
+own kind of head change (server/core/lineage.py: what it undoes, and each version's lineage).
 """
 
 from __future__ import annotations
@@ -44,9 +45,17 @@ def candidate(catalog: Catalog, model_id: str, version: int, *, retention: int) 
 
 
 def promoted(
-    run: TrainingRun, chosen: Candidate, strategy: Strategy, *, actor: str, at: float
+    run: TrainingRun,
+    chosen: Candidate,
+    strategy: Strategy,
+    *,
+    actor: str,
+    at: float,
+    kind: str = "promotion",
+    note: str | None = None,
 ) -> tuple[TrainingRun, HeadPromoted]:
-    """The run that trains from the promoted parameters, and the event that stores them."""
+    """The run that trains from the promoted (or restored: ``kind`` "rollback") parameters, and the event
+    that stores them."""
     record = chosen.record
     same = record.model_id == run.model_id
     version = (run.version if same else record.current_version) + 1
@@ -70,6 +79,8 @@ def promoted(
         previous_version=run.version,
         actor=actor,
         at=at,
+        kind=kind,
+        note=note,
     )
     return new_run, event
 

@@ -12,16 +12,26 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog
 from server.core.devices import DeviceRegistry
 from server.core.errors import Conflict, NotFound, StorageUnavailable
-from server.core.events import EvaluationRecorded, StateCheckpoint, StatusChanged, StopCriterionSet
+from server.core.events import (
+    EvaluationRecorded,
+    StateCheckpoint,
+    StatusChanged,
+    StopCriterionSet,
+    VersionNoted,
+)
 from server.core.figures import RecentFigures
 from server.core.journal import Journal, Ticket
+from server.core.lineage import clean_note, rollback_target
 from server.core.ports import Store, Strategy
 from server.core.promotion import candidate, promoted
 from server.core.run import TrainingRun, carried_over
+from server.core.validation import norm_bound
 
 log = logging.getLogger("fleet.server")
 
@@ -45,6 +55,9 @@ class Steering:
     _lock: threading.RLock
     _promoting: threading.RLock
     degraded: str | None
+    # set by the composition root when there is a held-out set (server/compose.py): (model, params) ->
+    # (accuracy, loss), so that a promoted or restored head is evaluated at once
+    evaluate_params: Callable[[str, np.ndarray], tuple[float, float]] | None = None
 
     def _require_storage(self) -> None:
         """Refuse work while storage is unusable (the coordinator's push path asks the same)."""
@@ -93,32 +106,73 @@ class Steering:
             ticket.wait()
 
     # -- promotion, access, live settings -------------------------------------------------------
-    def promote(self, model_id: str, version: int, *, actor: str) -> tuple[str, int]:
+    def promote(self, model_id: str, version: int, *, actor: str, note: str | None = None) -> tuple[str, int]:
         """Make a retained version the head that trains, as a new version (server/core/promotion.py);
-        returns (model, new version) once durable. NotFound if unknown, Gone past retention."""
+        returns (model, new version) once durable. NotFound if unknown, Gone past retention,
+        InvalidInput for a bad note (server/core/lineage.py)."""
+        return self._change_head(model_id, version, actor=actor, kind="promotion", note=note)
+
+    def rollback(self, *, actor: str, note: str | None = None) -> tuple[str, int]:
+        """Undo the newest promotion no rollback undid yet: the head it replaced comes back as a new
+        version of kind "rollback" (an undo stack, server/core/lineage.py: a second rollback never
+        re-applies the first). Conflict if there is nothing to undo."""
+        with self._promoting:
+            self._settle()
+            target = rollback_target(self.store.head_changes())
+            if target is None:
+                raise Conflict("nothing to roll back")
+            model_id, version = target.previous_model_id, target.previous_version
+            return self._change_head(model_id, version, actor=actor, kind="rollback", note=note)
+
+    def _change_head(
+        self, model_id: str, version: int, *, actor: str, kind: str, note: str | None
+    ) -> tuple[str, int]:
+        text = clean_note(note)
         with self._promoting:
             self._settle()
             chosen = candidate(self.catalog, model_id, version, retention=self.version_retention)
             with self._lock:
                 self._require_storage()
                 strategy = self.strategy_factory()
-                run, event = promoted(self._require_run(), chosen, strategy, actor=actor, at=self.clock())
+                at = self.clock()
+                run, event = promoted(
+                    self._require_run(), chosen, strategy, actor=actor, at=at, kind=kind, note=text
+                )
                 self.run = run
                 self.catalog.remember(run.model_id, run.version, chosen.params)
                 ticket = self.journal.record(event)
             ticket.wait()  # pushes on the new head may step ``run`` meanwhile: report the event's version
-            log.info("%s promoted %s@%d as version %d", actor, model_id, version, event.version)
+            log.info("%s: %s %s@%d as version %d", actor, kind, model_id, version, event.version)
+            self._evaluate_new_head(event.model_id, event.version, version, chosen.params)
             return event.model_id, event.version
 
-    def rollback(self, *, actor: str) -> tuple[str, int]:
-        """Undo the last promotion by promoting the head it replaced, as a new version (itself a
-        promotion: a second rollback redoes the first one). Conflict if nothing was promoted."""
-        with self._promoting:
-            self._settle()
-            last = self.store.last_promotion()
-            if last is None:
-                raise Conflict("nothing to roll back")
-            return self.promote(last.previous_model_id, last.previous_version, actor=actor)
+    def _evaluate_new_head(self, model_id: str, version: int, source: int, params: bytes) -> None:
+        """The new head's accuracy at once, so it never shows none: its parameters are ``source``'s, so
+        that version's evaluation if it has one, else the evaluator's (none without a held-out set)."""
+        known = [e for e in self.store.evaluations(model_id) if e.version == source]
+        if known:
+            accuracy, loss = known[-1].accuracy, known[-1].loss
+        elif self.evaluate_params is not None:
+            try:
+                accuracy, loss = self.evaluate_params(model_id, np.frombuffer(params, dtype="<f4"))
+            except Exception:  # the head changed: a failed evaluation only leaves it for the loop
+                log.exception("evaluation of %s v%d failed", model_id, version)
+                return
+        else:
+            return
+        # no stop rule: the operator just chose to train from these parameters
+        self.record_evaluation(model_id, version, accuracy, loss, stop_rule=False)
+
+    def annotate(self, model_id: str, version: int, note: str | None, *, actor: str) -> None:
+        """Set (or clear, with an empty note) a retained version's note. NotFound for an unknown model
+        or a version not retained, InvalidInput for a bad note."""
+        text = clean_note(note)
+        self._settle()  # the version may still be queued in the journal
+        if all(r.version != version for r in self.catalog.versions(model_id)):
+            raise NotFound(f"model {model_id} has no retained version {version}")
+        with self._lock:
+            ticket = self.journal.record(VersionNoted(model_id, version, text, actor, self.clock()))
+        ticket.wait()
 
     def _settle(self) -> None:
         """Before reading heads and promotions back from storage: refuse while it is unusable, then write
@@ -152,12 +206,14 @@ class Steering:
             if lease_seconds is not None:
                 self.lease_seconds = lease_seconds
             if max_gradient_norm is not None:
-                self.max_gradient_norm = max_gradient_norm
+                self.max_gradient_norm = norm_bound(max_gradient_norm)
             if admission is not None:
                 self.admission = admission
 
     # -- evaluations, the accuracy stop rule and the figures ------------------------------------
-    def record_evaluation(self, model_id: str, version: int, accuracy: float, loss: float) -> None:
+    def record_evaluation(
+        self, model_id: str, version: int, accuracy: float, loss: float, *, stop_rule: bool = True
+    ) -> None:
         """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule."""
         with self._lock:
             evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock())
@@ -165,7 +221,7 @@ class Steering:
             run = self.run
             if run is not None and run.model_id == model_id:
                 run.latest_accuracy = accuracy
-                stop = run.stop_accuracy
+                stop = run.stop_accuracy if stop_rule else None
                 if stop is not None and accuracy >= stop and run.status != "finished":
                     tickets.append(self._set_status("finished", actor="criterion"))
         for ticket in tickets:

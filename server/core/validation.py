@@ -40,6 +40,14 @@ def request_counts(request: TaskRequest, num_classes: int, *, dp: bool) -> np.nd
     return counts
 
 
+def norm_bound(value: float) -> float:
+    """``value`` as the push norm bound: finite and positive, or ValueError. An infinite bound would switch
+    the check off (issue 29: a push of 1e30 everywhere was applied), so no setting path may give one."""
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"max_gradient_norm must be positive and finite, got {value!r}")
+    return float(value)
+
+
 def validate_result(
     manifest: Manifest, result: TaskResult, *, max_gradient_norm: float, granted_batch_size: int | None = None
 ) -> None:

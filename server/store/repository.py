@@ -180,15 +180,6 @@ def get_version(*, session: Session, model_id: str, version: int) -> bytes | Non
     return None if row is None else row.params
 
 
-def list_versions(*, session: Session, model_id: str) -> list[tuple[int, float]]:
-    rows = session.execute(
-        select(VersionRow.version, VersionRow.created_at)
-        .where(VersionRow.model_id == model_id)
-        .order_by(VersionRow.version)
-    )
-    return [(int(v), float(t)) for v, t in rows]
-
-
 def set_model_fields(*, session: Session, model_id: str, **fields: Any) -> None:
     session.execute(update(ModelRow).where(ModelRow.id == model_id).values(**fields))
 

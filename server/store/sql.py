@@ -27,9 +27,10 @@ from server.core.ports import (
     MeasurementRecord,
     ModelRecord,
     PromotionRecord,
+    VersionRecord,
 )
 from server.core.types import Device
-from server.store import queue
+from server.store import lineage, queue
 from server.store import repository as repo
 from server.store.tables import DeviceRow, EnrollmentKeyRow, ModelRow, PrivacyChargeRow
 from server.store.writes import write_events
@@ -135,9 +136,9 @@ class SqlStore:
         with self.sessions() as session:
             return repo.get_version(session=session, model_id=model_id, version=version)
 
-    def versions(self, model_id: str) -> list[tuple[int, float]]:
+    def versions(self, model_id: str) -> list[VersionRecord]:
         with self.sessions() as session:
-            return repo.list_versions(session=session, model_id=model_id)
+            return lineage.list_versions(session, model_id)
 
     # -- devices and tasks -----------------------------------------------------------------------
     def privacy_charges(self) -> list[PrivacyCharged]:
@@ -191,17 +192,11 @@ class SqlStore:
     def last_promotion(self) -> PromotionRecord | None:
         with self.sessions() as session:
             row = repo.last_promotion(session=session)
-            if row is None:
-                return None
-            return PromotionRecord(
-                model_id=row.model_id,
-                version=row.version,
-                source_version=row.source_version,
-                previous_model_id=row.previous_model_id,
-                previous_version=row.previous_version,
-                actor=row.actor,
-                at=row.at,
-            )
+            return None if row is None else lineage.promotion_record(row)
+
+    def head_changes(self) -> list[PromotionRecord]:
+        with self.sessions() as session:
+            return lineage.head_changes(session)
 
     def lease(self, task_id: str) -> Lease | None:
         with self.sessions() as session:

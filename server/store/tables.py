@@ -49,6 +49,11 @@ class VersionRow(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     params: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[float] = mapped_column(Float)
+    # lineage (migration 0009): NULL for a version trained on the one below; "promotion" or "rollback"
+    # of ``source_version``'s parameters otherwise (server/core/lineage.py)
+    origin: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    source_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    note: Mapped[str | None] = mapped_column(String(500), nullable=True)  # the operator's, plain text
 
 
 class TaskRow(Base):
@@ -131,7 +136,8 @@ class AuditRow(Base):
 
 
 class PromotionRow(Base):
-    """Each ``HeadPromoted`` (its parameters are the version row it wrote): what a rollback undoes."""
+    """Each ``HeadPromoted``, promotion or rollback (its parameters are the version row it wrote): what a
+    rollback undoes (server/core/lineage.py)."""
 
     __tablename__ = "promotions"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -142,6 +148,7 @@ class PromotionRow(Base):
     previous_version: Mapped[int] = mapped_column(Integer)
     actor: Mapped[str] = mapped_column(String(64))
     at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16), server_default="promotion")  # or "rollback" (0009)
 
 
 class EnrollmentKeyRow(Base):

@@ -36,8 +36,9 @@ from server.core.events import (
     StatusChanged,
     StopCriterionSet,
     TaskGranted,
+    VersionNoted,
 )
-from server.store import queue
+from server.store import lineage, queue
 from server.store import repository as repo
 from server.store.tables import DeviceRow, MeasurementRow, ModelRow, PrivacyChargeRow, TaskRow, VersionRow
 
@@ -256,7 +257,8 @@ def _promote(session: Session, event: HeadPromoted, *, retention: int) -> None:
     """The promoted parameters as a new version, which becomes the head of the one active model."""
     db = session.connection()
     version = {"model_id": event.model_id, "version": event.version, "params": event.params}
-    db.execute(INSERT_VERSIONS, {**version, "created_at": event.at})
+    lineage = {"origin": event.kind, "source_version": event.source_version, "note": event.note}
+    db.execute(INSERT_VERSIONS, {**version, **lineage, "created_at": event.at})
     _new_head(db, event.model_id, event.version, retention=retention)
     repo.activate_model(session=session, model_id=event.model_id)
     repo.set_model_fields(session=session, model_id=event.model_id, status="training")
@@ -269,6 +271,7 @@ def _promote(session: Session, event: HeadPromoted, *, retention: int) -> None:
         previous_version=event.previous_version,
         actor=event.actor[:64],
         at=event.at,
+        kind=event.kind,
     )
 
 
@@ -309,6 +312,8 @@ def _write_one(session: Session, event: Event) -> None:
                 loss=event.loss,
                 now=event.at,
             )
+        case VersionNoted():
+            lineage.write_note(session, event)
         case LeasesExpired():
             repo.expire_tasks(session=session, now=event.before)
         case CounterBumped():

@@ -53,6 +53,10 @@ class AUDPSettings(NormLaplaceSettings):
 
 class AUDP(Strategy):
     name = "audp"
+    needs_dp = (
+        "its grants carry norm-Laplace DP terms that the privacy ledger completes (sampling rate, budget):"
+        " without DP no device can run them"
+    )
     average = True  # k > 1 (not the paper's) applies the mean of k noised gradients as one step
     settings = AUDPSettings
 

@@ -32,17 +32,20 @@ class StrategySettings(BaseModel):
     as ``Strategy.settings``; the registry (server/strategies/__init__.py) unions them. The field names are
     the constructor's keywords, so ``kwargs()`` is what the strategy is built with."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every value finite
 
     name: str
     learning_rate: float | None = Field(
-        None, gt=0, description="γ, the server's learning rate; unset: the strategy's own default"
+        None, gt=0, le=100, description="γ, the server's learning rate; unset: the strategy's own default"
     )
     k: int | None = Field(
-        None, ge=1, description="gradients per update (the buffer's K); unset: the strategy's own"
+        None, ge=1, le=100_000, description="gradients per update (the buffer's K); unset: the strategy's own"
     )
     time_window: float | None = Field(
-        None, description="seconds after the buffer's first gradient when it is applied even if short of K"
+        None,
+        gt=0,
+        le=86_400,
+        description="seconds after the buffer's first gradient when it is applied even if short of K",
     )
 
     def kwargs(self) -> dict[str, Any]:
@@ -69,6 +72,8 @@ class Strategy(StrategyPort):
     # True: the step is the weighted mean over the buffer (FedBuff, SSGD); False: the weighted sum (FLeet)
     average: ClassVar[bool] = False
     settings: ClassVar[type[StrategySettings]] = StrategySettings
+    # why its grants can only run with DP on (server/settings_rules.py refuses it without), or None
+    needs_dp: ClassVar[str | None] = None
 
     def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
         self.learning_rate = learning_rate

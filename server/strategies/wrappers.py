@@ -27,7 +27,7 @@ class WrapperSettings(BaseModel):
     ``settings``; the registry (server/strategies/__init__.py ``WRAPPERS``) unions them. ``legacy`` names a
     flat switch kept for old configurations (``kardam``: FLEET_KARDAM=true and FLEET_KARDAM_<FIELD>)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # every value finite
 
     name: str
     legacy: ClassVar[str | None] = None

@@ -12,8 +12,8 @@ from server.api.deps import CoordinatorDep
 from server.api.errors import NOT_FOUND, answer
 from server.api.params import ModelId
 from server.api.schemas import MAX_VERSION, ManifestOut, ModelOut, VersionOut
-from server.core.catalog import Catalog, ModelInfo
-from server.core.inference_export import bake_weights
+from server.core.catalog import ModelInfo
+from server.core.inference_export import export_inference
 
 router = APIRouter(prefix="/models", tags=["models"])
 OCTET = "application/octet-stream"
@@ -88,7 +88,8 @@ def graph(
 
 @router.get("/{model_id}/versions", response_model=list[VersionOut], responses=NOT_FOUND)
 def versions(model_id: ModelId, coordinator: CoordinatorDep) -> list[VersionOut]:
-    return [VersionOut(version=v, created_at=t) for v, t in coordinator.catalog.versions(model_id)]
+    """The retained versions, oldest first, each with its lineage (where it came from) and note."""
+    return [VersionOut(**r.__dict__) for r in coordinator.catalog.versions(model_id)]
 
 
 @router.get(
@@ -155,10 +156,3 @@ async def inference_model(
             "Cache-Control": IMMUTABLE,
         },
     )
-
-
-def export_inference(catalog: Catalog, model_id: ModelId, version: int | None) -> tuple[int, bytes]:
-    """(version, ONNX bytes) of the inference graph with that version's weights baked in."""
-    version = catalog.record(model_id).current_version if version is None else version
-    params = catalog.params(model_id, version)
-    return version, bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params)

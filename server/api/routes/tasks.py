@@ -1,4 +1,5 @@
-"""Learning tasks: ask for one, push its gradient back (raw float32/float16 body + JSON meta header)."""
+"""Learning tasks: ask for one, push its gradient back (raw float32/float16 body + JSON meta header), or
+give it back unrun with a reason (decline)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import Field, ValidationError
 from starlette.datastructures import UploadFile
 
 from fleet_protocol import PushOutcome, Rejection, TaskGrant, WireError, decode_tensor, push_digest
@@ -21,7 +22,7 @@ from server.api.errors import DEVICE_AUTH, JSON_BODY, RATE_LIMITED, RETRY_AFTER,
 from server.api.metrics import Metrics
 from server.api.openapi import ref
 from server.api.params import TaskId
-from server.api.schemas import ResultMeta, TaskIn
+from server.api.schemas import NO_NUL, Input, ResultMeta, TaskIn
 from server.core.coordinator import Coordinator
 from server.core.errors import StorageUnavailable
 from server.core.journal import Ticket
@@ -260,3 +261,50 @@ async def push_result(task_id: TaskId, request: Request, device: AuthenticatedDe
         metrics.version.set(outcome.version)
     metrics.push_seconds.observe(time.perf_counter() - started)
     return outcome
+
+
+class DeclineIn(Input):
+    """``fleet_protocol.TaskDecline``: why the device gives the task back unrun."""
+
+    reason: str = Field(
+        min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$", examples=["privacy_terms_refused"]
+    )
+    detail: str = Field("", max_length=500, pattern=NO_NUL, description="a sentence for the operator")
+
+
+DECLINE_REFUSALS = {
+    403: answer("the task was granted to another device"),
+    404: answer("no such task"),
+    409: answer("the task was already answered"),
+}
+
+
+@router.post(
+    "/{task_id}/decline",
+    status_code=status.HTTP_204_NO_CONTENT,
+    responses={**DECLINE_REFUSALS, **JSON_BODY},
+)
+async def decline_task(
+    task_id: TaskId, body: DeclineIn, request: Request, device: AuthenticatedDevice
+) -> Response:
+    """Give a granted task back unrun: the device cannot run its terms (issue 29). The lease ends (a late
+    push for it is refused), the reason is counted (``declined_by_reason`` in the figures) and the first
+    decline of a device for a reason in ten minutes is written to the audit log with its detail."""
+    coordinator: Coordinator = request.app.state.coordinator
+    if not coordinator.knows(task_id):  # granted before a restart, or by another API worker
+        await run_in_threadpool(coordinator.recall, task_id)
+    if coordinator.decline(device, task_id, reason=body.reason):
+        detail = {
+            "device_id": device.device_id,
+            "task_id": task_id,
+            "reason": body.reason,
+            "detail": body.detail,
+        }
+        await run_in_threadpool(
+            request.app.state.admin_store.audit,
+            actor=f"device {device.device_id}",
+            action="task_declined",
+            detail=detail,
+            at=coordinator.clock(),
+        )
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
