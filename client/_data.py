@@ -50,10 +50,23 @@ class DeviceData:
         return label_counts(self.y, num_classes)
 
     def sample(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``size`` examples drawn with replacement (a device may hold fewer than ``size``)."""
+        """``size`` examples drawn with replacement, for benchmarks that need an exact batch size whatever
+        the shard holds; a task uses ``batch`` instead (repeating examples only burns a phone's battery)."""
         if size < 1:
             raise ValueError(f"sample size must be >= 1, got {size}")
         index = rng.integers(0, len(self.y), size=size)
+        return self.x[index], self.y[index]
+
+    def batch(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``size`` examples, without replacement: all N (in order, no random draw) if ``size`` >= N.
+
+        A task never computes more than the device holds: a grant of 1,000 on 2 drawings is 2 examples,
+        and the push says 2, so the profiler learns the time of what was really computed."""
+        if size < 1:
+            raise ValueError(f"batch size must be >= 1, got {size}")
+        if size >= len(self.y):
+            return self.x.copy(), self.y.copy()  # a copy: a caller (an attack) may change its labels
+        index = np.sort(rng.choice(len(self.y), size=size, replace=False))
         return self.x[index], self.y[index]
 
 

@@ -148,8 +148,8 @@ class Worker:
             raise self._decline(grant, exc) from exc
         private = is_private(dp)  # a DP task: its push says nothing of the data but the noised gradient
         self._private_asks = self._private_asks or private
-        if dp is None:
-            x, y = self.data.sample(grant.batch_size, self._rng)
+        if dp is None:  # at most the N examples held, without replacement: the push says how many
+            x, y = self.data.batch(grant.batch_size, self._rng)
             y = y if self._attack is None else self._attack.labels(y, manifest.num_classes)
             x = _fit_input(x, manifest.input_shape)
             batch_counts = label_counts(y, manifest.num_classes)
@@ -164,6 +164,7 @@ class Worker:
         examples = grant.batch_size
         if dp is None:
             loss, gradient = session.loss_and_gradient(params, x, y)
+            examples = len(y)  # <= the grant: a device with 2 drawings computes 2 examples, not 1,000
         else:
             x_all = _fit_input(self.data.x, manifest.input_shape)
             try:
@@ -179,7 +180,9 @@ class Worker:
         gradient = gradient if self._attack is None else self._attack.gradient(gradient)
         cpu_seconds = time.process_time() - cpu_start
         busy = cpu_seconds
-        work = max(examples, 1) if private else grant.batch_size  # the examples an emulated phone computed
+        # the examples an emulated phone computed (a local SGD round's terms: the granted batch)
+        work = max(examples, 1) if private or dp is None else grant.batch_size
+        batch_size = examples if dp is None else grant.batch_size  # what the push and the report say
         if self.config.min_ms_per_sample:
             floor = work * self.config.min_ms_per_sample / 1000.0
             remaining = floor - (time.perf_counter() - start)
@@ -200,7 +203,7 @@ class Worker:
         if not (np.isfinite(loss) and np.isfinite(gradient).all()):
             raise WorkerError(f"task {grant.task_id}: non-finite loss or gradient, not pushed")
         meta = push_meta(
-            dp, label_counts=batch_counts, loss=loss, batch_size=grant.batch_size, examples=examples,
+            dp, label_counts=batch_counts, loss=loss, batch_size=batch_size, examples=examples,
             compute_time_ms=compute_time_ms, energy=reading.value,
         )  # fmt: skip
         self.emit(WorkerEvent("pushing", grant=grant))
@@ -211,7 +214,7 @@ class Worker:
             version=grant.version,
             staleness=result.staleness,
             weight=result.weight,
-            batch_size=grant.batch_size,
+            batch_size=batch_size,
             loss=loss,  # local only under DP: never sent
             compute_time_ms=meta["compute_time_ms"],
             predicted_time_ms=grant.predicted_time_ms,

@@ -25,8 +25,9 @@ class WorkerConfig:
     """Everything a worker needs, as plain values (the CLI builds one from its options).
 
     ``min_ms_per_sample`` emulates a slower phone: after computing, the worker sleeps until the
-    task took at least ``batch_size * min_ms_per_sample`` ms; the reported compute time includes
-    the sleep. ``delay_ms_per_sample`` instead adds ``batch_size * delay_ms_per_sample`` ms on top of
+    task took at least ``examples * min_ms_per_sample`` ms (the examples really computed, at most the
+    N held); the reported compute time includes the sleep. ``delay_ms_per_sample`` instead adds
+    ``examples * delay_ms_per_sample`` ms on top of
     the real compute, however long that took (what a benchmark against another system needs: the same
     added delay on both sides, bench/peer.py). ``max_consecutive_errors`` bounds repeated non-network
     failures (network failures are retried forever, with capped exponential backoff).

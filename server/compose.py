@@ -127,6 +127,7 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         max_gradient_norm=settings.max_gradient_norm,
         version_retention=settings.version_retention,
         privacy=privacy_policy(settings),
+        health=settings.health_policy(),
         **role_parts(settings.role, store),
     )
     coordinator.start()

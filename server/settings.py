@@ -37,6 +37,7 @@ from pydantic_settings import (
 
 from fleet_protocol.accounting import DEFAULT_DELTA
 from profiler.defaults import TUNED_PARAMS
+from server.settings_health import HEALTH_FIELDS, HealthSettings
 from server.settings_rules import refusals
 from server.settings_security import SECURITY_FIELDS, SecuritySettings
 from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS, settings_union
@@ -148,7 +149,7 @@ class FlatEnvironment(PydanticBaseSettingsSource):
         return values
 
 
-class Settings(BaseSettings, SecuritySettings):  # + the security group (server/settings_security.py)
+class Settings(BaseSettings, SecuritySettings, HealthSettings):  # + server/settings_security.py, _health.py
     model_config = SettingsConfigDict(
         env_prefix="FLEET_", env_file=".env", extra="ignore", env_nested_delimiter="__", allow_inf_nan=False
     )  # every number finite: an inf limit is no limit (issue 29)
@@ -348,6 +349,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "login_burst",
     ),
     "Security": SECURITY_FIELDS,
+    "Health": HEALTH_FIELDS,
 }  # fmt: skip
 
 # What the console may change while training runs (applied by server/compose.py's apply_settings), by page

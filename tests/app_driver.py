@@ -74,8 +74,12 @@ def session(app: Any, args: argparse.Namespace, out: dict[str, Any]) -> Iterator
     yield 0.5
     out["settings_note"] = settings.ids.note.text
     screenshot(args.screenshots, "app-settings")
-    yield (lambda: "No local data" in control.status().message, 15.0)
-    out["before_drawings"] = control.status().message
+    yield (lambda: control.status().state == "setup", 15.0)
+    tap(root.ids.tab_status)
+    yield 0.8  # the status screen refreshes twice a second
+    out["first_run"] = {"state": control.status().state, "label": status.ids.state.text,
+                        "message": status.ids.message.text, "color": list(status.state_color)}  # fmt: skip
+    screenshot(args.screenshots, "app-first-run")
 
     tap(root.ids.tab_try)
     yield 0.6
@@ -98,6 +102,15 @@ def session(app: Any, args: argparse.Namespace, out: dict[str, Any]) -> Iterator
     started = time.perf_counter()
     yield (lambda: control.status().done >= 3, 40.0)
     out["train_seconds"] = time.perf_counter() - started
+    yield (lambda: control.status().state == "resting", 20.0)  # 3 drawings: each task used them all
+    out["resting"] = {"label": status.ids.state.text, "message": status.ids.message.text,
+                      "rows": [r.batch_size for r in control.status().tasks]}  # fmt: skip
+    yield 0.6
+    chart = status.ids.chart
+    lines = [list(i.points) for i in chart.canvas.children if type(i).__name__ == "Line"]
+    out["chart"] = {name: {"ticks": list(p.ticks), "slo": p.slo, "slo_y": p.slo_y, "left": p.left,
+                           "right": p.right} for name, p in chart.panels.items()}  # fmt: skip
+    out["chart_lines"] = lines
     app.frames.reset()  # the measured window: 3 s of the UI while the worker trains back to back
     done = control.status().done
     yield 3.0
@@ -135,6 +148,7 @@ def main() -> int:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--screenshots", default="")
+    parser.add_argument("--rest", type=float, default=0.5)
     args = parser.parse_args()
     os.environ["KIVY_NO_ARGS"] = "1"
     from kivy.config import Config
@@ -143,9 +157,11 @@ def main() -> int:
     Config.set("graphics", "height", str(SIZE[1]))
     from kivy.clock import Clock
 
+    from client.app.controller import AppController
     from client.app.main import FleetApp
 
-    app = FleetApp(folder=args.folder)
+    # a short rest: the session still sees it, then trains back to back for the frame measurement
+    app = FleetApp(controller=AppController(Path(args.folder), rest_seconds=args.rest))
     out: dict[str, Any] = {}
     steps: Iterator[Step] | None = None
 

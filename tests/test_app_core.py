@@ -238,6 +238,31 @@ def test_the_app_pauses_by_itself_on_low_battery_or_a_metered_network(coordinato
         control.close()
 
 
+def test_two_drawings_train_once_then_rest_until_a_new_drawing(coordinator, tmp_path: Path) -> None:
+    """The operator's phone (issue 29): 2 drawings, grants up to 32. A task computes the 2, then the app
+    rests instead of recomputing them back to back; a new drawing ends the rest at once."""
+    server, _ = coordinator
+    control = app(tmp_path, server.url, None, rest_seconds=600.0)
+    try:
+        assert control.status().state == "stopped"
+        control.start()
+        until(lambda: control.status().state == "setup", 10, "the first run")  # no drawings: not an error
+        assert "draw a digit in Try the model" in control.status().message
+        for label in (7, 1):
+            control.add_drawing(strokes_to_image([[(0, 0), (9, 9)]]), label)
+        resting = ("resting", True)  # after a task on both (one on the first alone would rest too)
+        until(lambda: (control.status().state, "all 2 " in control.status().message) == resting, 30, "a rest")
+        status = control.status()
+        assert status.retry_at is not None and status.retry_at > time.time() + 500
+        time.sleep(2.0)  # resting: no task on the same 2 examples
+        assert control.status().done == status.done and [r.batch_size for r in status.tasks][-1] == 2
+        control.add_drawing(strokes_to_image([[(0, 9), (9, 0)]]), 4)  # new data: train on it now
+        until(lambda: control.status().done > status.done, 30, "a task on the new drawing")
+        assert control.status().tasks[-1].batch_size == 3
+    finally:
+        control.close()
+
+
 def test_a_model_the_phone_cannot_load_is_explained_then_retried(coordinator, tmp_path: Path) -> None:
     server, shard = coordinator
     bridge = StandInBridge(ort_error="Error code - ORT_NOT_IMPLEMENTED - Could not find an implementation")

@@ -35,7 +35,8 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("app-ui")
-    with ServerProcess(tmp / "server", max_batch=32, time_slo_ms=300) as server:
+    # k=1: a version a push (the app rests between tasks on its 3 drawings: fewer pushes than before)
+    with ServerProcess(tmp / "server", max_batch=32, time_slo_ms=300, energy_slo=0.01, k=1) as server:
         env = {**os.environ, "KIVY_HOME": str(tmp / "kivy"), "KIVY_NO_CONSOLELOG": "1"}
         command = [
             "xvfb-run", "-a", "-s", "-screen 0 800x900x24", sys.executable, str(ROOT / "tests/app_driver.py"),
@@ -59,7 +60,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_settings_come_first_and_are_saved(session: dict) -> None:
     assert session["first_screen"] == "settings"  # no coordinator yet
     assert session["settings_note"] == "Saved."
-    assert "No local data yet" in session["before_drawings"]  # a phone trains only on what its user drew
+
+
+def test_the_first_run_says_what_to_do_calmly_not_a_red_problem(session: dict) -> None:
+    first = session["first_run"]  # coordinator and key set, no drawings yet: the normal first run
+    assert first["state"] == "setup" and first["label"] == "Getting started"
+    assert "draw a digit in Try the model" in first["message"]  # a phone trains only on what its user drew
+    assert first["color"] != [0.72, 0.15, 0.12, 1] and first["label"] != "Problem"
 
 
 def test_try_the_model_classifies_a_drawn_digit_with_the_served_model(session: dict) -> None:
@@ -80,7 +87,25 @@ def test_labelled_drawings_become_the_training_data(session: dict) -> None:
     rows = [line for line in session["status_rows"].splitlines() if line.startswith("v")]
     assert len(rows) >= 3  # the status screen lists the tasks the drawings trained
     assert session["stats"]["version"] >= 3 and session["stats"]["devices"] == 1
-    assert session["status_state"] in ("Training", "Connected")
+    assert session["status_state"] in ("Training", "Connected", "Resting")  # between tasks: a short rest
+
+
+def test_a_task_uses_at_most_the_drawings_and_then_rests(session: dict) -> None:
+    resting = session["resting"]  # 3 drawings, grants up to 32: every task computed at most 3 examples
+    assert resting["label"] == "Resting" and "used all 3 local examples" in resting["message"]
+    assert resting["rows"] and max(resting["rows"]) <= 3
+
+
+def test_the_energy_chart_has_its_slo_line_and_a_scale(session: dict) -> None:
+    energy = session["chart"]["energy"]
+    assert energy["slo"] == 0.01 and energy["ticks"][0] == "0 %" and energy["ticks"][-1].endswith(" %")
+    assert session["chart"]["time"]["ticks"][-1].endswith(" ms")
+    across = [energy["left"], energy["slo_y"], energy["right"], energy["slo_y"]]
+    slo_lines = [  # the dashed horizontal line across the energy panel at the SLO's height
+        p for p in session["chart_lines"]
+        if len(p) == 4 and all(abs(a - b) < 0.01 for a, b in zip(p, across, strict=True))
+    ]  # fmt: skip
+    assert len(slo_lines) == 1
 
 
 def test_pause_stops_new_tasks_and_resume_restarts_them(session: dict) -> None:

@@ -32,7 +32,7 @@ def test_each_attack_by_hand():
 
 def test_an_honest_worker_pushes_the_true_gradient_and_a_sign_flipper_minus_ten_times_it(tiny):
     data = make_data(5)
-    x, y = data.sample(8, np.random.default_rng(np.random.SeedSequence(11).spawn(2)[0]))
+    x, y = data.batch(8, np.random.default_rng(np.random.SeedSequence(11).spawn(2)[0]))
     _, ref = numpy_reference(FakeServer(*tiny).params[3], x, y, 10)
     pushed = {}
     for attack in (None, "sign-flip", "label-flip"):

@@ -227,7 +227,7 @@ class FakeServer:
         assert request.headers["Content-Type"] == "application/octet-stream"
         meta = json.loads(request.headers[META_HEADER])
         assert set(meta) == {"label_counts", "loss", "compute_time_ms", "energy", "batch_size"}
-        assert meta["batch_size"] == self.batch_size == sum(meta["label_counts"])
+        assert 1 <= meta["batch_size"] <= self.batch_size and meta["batch_size"] == sum(meta["label_counts"])
         assert len(meta["label_counts"]) == self.manifest.num_classes
         assert meta["compute_time_ms"] > 0 and math.isfinite(meta["loss"])
         assert meta["energy"] is None or meta["energy"] >= 0
@@ -284,6 +284,20 @@ def test_device_data_samples_with_replacement_beyond_its_size():
     assert x.shape == (50, 1, 28, 28) and y.shape == (50,) and set(y) <= {1, 2}
     again = data.sample(50, np.random.default_rng(0))
     assert np.array_equal(again[1], y)  # the generator, not global state, decides
+
+
+def test_device_data_batches_without_replacement_and_never_beyond_its_size():
+    data = DeviceData(np.random.default_rng(0).random((6, 1, 28, 28), dtype=np.float32), np.arange(6))
+    x, y = data.batch(1000, np.random.default_rng(0))
+    assert x.shape == (6, 1, 28, 28) and y.tolist() == list(range(6))  # all N, each once
+    y[0] = 9
+    assert data.y[0] == 0  # a copy: an attack flipping the batch's labels leaves the shard alone
+    for seed in range(20):
+        x, y = data.batch(4, np.random.default_rng(seed))
+        assert len(y) == 4 == len(set(y.tolist()))  # no example twice
+        np.testing.assert_array_equal(x, data.x[y])
+    with pytest.raises(ValueError):
+        data.batch(0, np.random.default_rng(0))
 
 
 def test_device_data_validates_and_loads_npz(tmp_path):
@@ -536,10 +550,20 @@ def test_run_one_end_to_end(tiny):
 
 def test_gradient_pushed_is_the_gradient_of_the_sampled_batch(tiny):
     server = FakeServer(*tiny, batch_size=8)
-    data = make_data(5)
+    data = make_data(20)
     make_worker(server, data=data, seed=11).run_one()
-    x, y = data.sample(8, np.random.default_rng(np.random.SeedSequence(11).spawn(2)[0]))
+    x, y = data.batch(8, np.random.default_rng(np.random.SeedSequence(11).spawn(2)[0]))
     _, ref = numpy_reference(server.params[3], x, y, 10)
+    np.testing.assert_allclose(server.pushes[0]["gradient"], ref, rtol=1e-4, atol=1e-6)
+
+
+def test_a_task_computes_at_most_the_examples_held_and_says_so(tiny):
+    server = FakeServer(*tiny, batch_size=1000)  # the operator's phone: 2 drawings, a grant of 1,000
+    data = make_data(2)
+    report = make_worker(server, data=data).run_one()
+    meta = server.pushes[0]["meta"]
+    assert report.batch_size == meta["batch_size"] == sum(meta["label_counts"]) == 2
+    _, ref = numpy_reference(server.params[3], data.x, data.y, 10)  # each example once: the exact mean
     np.testing.assert_allclose(server.pushes[0]["gradient"], ref, rtol=1e-4, atol=1e-6)
 
 
@@ -548,6 +572,14 @@ def test_min_ms_per_sample_stretches_compute_time(tiny):
     report = make_worker(server, min_ms_per_sample=5.0).run_one()
     assert report.compute_time_ms >= 50.0
     assert report.energy >= EnergyModel().energy(0.05) * 0.99  # the emulated phone was busy meanwhile
+
+
+@pytest.mark.parametrize("knob", ["min_ms_per_sample", "delay_ms_per_sample"])
+def test_the_emulated_phone_stretches_the_examples_really_computed(tiny, knob):
+    server = FakeServer(*tiny, batch_size=1000)  # 1,000 granted, 3 held: 3 x 100 ms, not 100 s
+    report = make_worker(server, data=make_data(3), **{knob: 100.0}).run_one()
+    assert report.batch_size == 3 and 300.0 <= report.compute_time_ms < 5000.0
+    assert report.energy >= EnergyModel().energy(0.3) * 0.99  # charged for the 3 examples' stretched time
 
 
 def test_push_is_retried_with_the_same_body(tiny):

@@ -165,7 +165,7 @@ def test_a_new_learning_rate_is_used_by_the_coordinator(page, fleet: Fleet):
     page.goto("/admin/learning")
     assert "0.0625" in page.locator("table.kv").inner_text()
     page.goto("/admin/audit")
-    assert "settings_changed" in page.locator("tbody").inner_text()
+    assert "Learning rate γ from" in page.locator('tr[data-action="settings_changed"]').first.inner_text()
 
 
 def test_invalid_settings_are_refused_and_nothing_changes(page, fleet: Fleet):
@@ -268,6 +268,65 @@ def test_every_page_at_both_widths(browser, fleet: Fleet, tmp_path: Path):
         assert tab.evaluate("document.activeElement.textContent") == "Skip to content"
         context.close()
     assert len(list(out.glob("console-*.png"))) == 2 * (len(pages) + 1)
+
+
+def column(tab, table: str, index: int) -> list[float]:
+    """The numbers of one column of a table, in the order the page shows its rows."""
+    cells = tab.locator(f"{table} tbody tr td:nth-child({index})").all_inner_texts()
+    return [float(re.match(r"[\d,.]+", c).group().replace(",", "")) for c in cells if c[:1].isdigit()]
+
+
+def test_a_click_on_a_header_sorts_numbers_as_numbers(page, fleet: Fleet):
+    fleet.wait(lambda: len(fleet.reports) >= 12, 60, "tasks on every device")
+    page.goto("/admin/devices")
+    table = '[data-live="devices"] table'
+    header = page.locator(f"{table} thead th", has_text="Tasks applied")
+    header.get_by_role("button").click()
+    assert header.get_attribute("aria-sort") == "ascending"
+    values = column(page, table, 5)
+    assert values == sorted(values) and len(values) >= 3
+    header.get_by_role("button").click()
+    assert header.get_attribute("aria-sort") == "descending"
+    assert column(page, table, 5) == sorted(values, reverse=True)
+    # the device models come worst first: the share of tasks within the SLO never falls down the table
+    shares = column(page, '[data-live="device-models"] table', 3)
+    assert shares == sorted(shares)
+
+
+def test_tables_refresh_live_and_keep_their_order(page, fleet: Fleet):
+    page.goto("/admin/devices")
+    table = '[data-live="devices"] table'
+    page.locator(f"{table} thead th", has_text="Tasks applied").get_by_role("button").click()
+    region = page.locator('[data-live="devices"]')
+    fleet.wait(lambda: int(region.get_attribute("data-refreshed") or 0) >= 2, 30, "two live refreshes")
+    header = page.locator(f"{table} thead th", has_text="Tasks applied")
+    assert header.get_attribute("aria-sort") == "ascending"  # the operator's sort survives the refill
+    values = column(page, table, 5)
+    assert values == sorted(values)
+    for path in ("/admin/learning", "/admin/audit", "/admin/settings"):
+        page.goto(path)
+        live = page.locator("[data-live]").first
+        fleet.wait(
+            lambda live=live: int(live.get_attribute("data-refreshed") or 0) >= 1, 30, f"{path} refresh"
+        )
+
+
+def test_every_navigation_link_fits_a_390_px_screen(browser, fleet: Fleet):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, base_url=fleet.url)
+    tab = context.new_page()
+    log_in(tab)
+    links = tab.locator("header nav a")
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    assert len(hrefs) == 7
+    for href in hrefs:
+        tab.goto("/admin")
+        link = tab.locator(f'header nav a[href="{href}"]')
+        box = link.bounding_box()
+        assert link.is_visible() and box is not None, href
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 390, (href, box)  # on the screen, not cut
+        link.click()  # a real click at its centre: nothing covers it
+        tab.wait_for_url(re.compile(re.escape(href) + "$"))
+    context.close()
 
 
 def test_a_wrong_password_is_refused_and_a_burst_is_throttled(browser, fleet: Fleet):

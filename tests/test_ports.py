@@ -190,7 +190,8 @@ def test_each_strategy_declares_its_settings():
         )
         assert {"learning_rate", "k", "time_window"} <= set(params)
         assert repr(cls(**params))  # the strategy accepts exactly what it declares
-        assert repr(cls(**strategy_params(Settings(strategy=name, dp=dp, _env_file=None))))  # its own defaults
+        # and its own defaults
+        assert repr(cls(**strategy_params(Settings(strategy=name, dp=dp, _env_file=None))))
     assert "over_selection" in strategy_params(Settings(strategy="ssgd", _env_file=None))
     assert "percentile" not in strategy_params(Settings(strategy="fedbuff", _env_file=None))
 

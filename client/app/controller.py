@@ -1,7 +1,7 @@
 """The app's engine, without any Kivy: drives the worker library in a thread and keeps what the screens show.
 
 The worker stays the one implementation of the protocol; this class only feeds it settings, local
-data and a ``hold`` rule (pause, battery, metered network), turns its events into a ``Status`` the UI
+data and a ``hold`` rule (pause, rest, battery, metered network), turns its events into a ``Status`` the UI
 polls, and saves the device token the coordinator gave. Nothing here runs on the UI thread for
 long, and nothing escapes the worker thread: a fault becomes a message and a back-off.
 """
@@ -44,6 +44,12 @@ REASONS = {
     "storage_unavailable": "The coordinator's database is unavailable.",
 }
 HISTORY = 20
+# the first run is not a problem: what to do next, in the calm "setup" state
+FIRST_RUN = ("Welcome! To train, draw a digit in Try the model and tap the digit it is: the drawing stays on"
+             " this phone as training data. Training starts with the first drawing.")  # fmt: skip
+# a task that used every local example rests this long before the next on the same data (new drawings end
+# the rest): a phone with 2 drawings otherwise recomputes the same tiny gradient back to back on battery
+REST_SECONDS = 30.0
 # the install secret and the privacy ledger, in the app's folder (Android: app storage, wiped on uninstall)
 STATE_DIR = "device-state"
 
@@ -72,8 +78,8 @@ class TaskRow:
 
 @dataclass(frozen=True)
 class Status:
-    """What the status screen shows; ``state`` is one of stopped, connecting, connected, training,
-    paused, waiting, error, finished."""
+    """What the status screen shows; ``state`` is one of setup (first run: what to do), stopped,
+    connecting, connected, training, paused, resting, waiting, error (a real problem), finished."""
 
     state: str = "stopped"
     message: str = ""
@@ -94,8 +100,10 @@ class AppController:
         platform: Backends | None = None,
         transport: httpx.BaseTransport | None = None,
         backoff_max: float = 60.0,
+        rest_seconds: float = REST_SECONDS,
     ) -> None:
         self.folder = Path(folder)
+        self.rest_seconds = rest_seconds
         self.platform = platform if platform is not None else backends()
         self.transport = transport
         self.backoff_max = backoff_max
@@ -110,6 +118,9 @@ class AppController:
         self._thread: threading.Thread | None = None
         self._worker: Worker | None = None
         self._conditions: tuple[float, Conditions] = (0.0, Conditions())
+        self._generation = 0  # bumped by each new drawing: the local data changed
+        self._task_generation = 0  # the data generation the running task trains on
+        self._rest: tuple[int, float, int] | None = None  # (data generation, time.time() it ends, examples)
         self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet-app")
 
     def __repr__(self) -> str:
@@ -162,10 +173,11 @@ class AppController:
         """Keep a labelled drawing as training data; the running worker trains on it from its next task."""
         with self._lock:
             self.drawings.add(image, label)
+            self._generation += 1  # new data: no rest, the next task trains on it
             worker, data = self._worker, self._data()
         if worker is not None and data is not None:
             worker.data = data
-        elif worker is None or self._status.state == "error":
+        elif worker is None or self._status.state in ("error", "setup"):
             self._restart.set()
         return len(self.drawings)
 
@@ -215,16 +227,9 @@ class AppController:
 
     def _session(self, stop: threading.Event, restart: threading.Event) -> bool:
         """One worker over the current settings until they change; True when training finished."""
-        settings = self.settings
-        problem = url_problem(settings.server_url) or (
-            "" if settings.enrollment_key or settings.token_for(settings.server_url) else
-            "Set the enrollment key (or paste an enrollment link) in Settings."
-        )  # fmt: skip
-        data = self._data()
-        if not problem and data is None:
-            problem = "No local data yet: draw digits in Try the model and label them."
-        if problem:
-            self._worker_set(state="error", message=problem, retry_at=None, task="")
+        settings, data = self.settings, self._data()
+        if (why := _not_ready(settings, data)) is not None:
+            self._worker_set(state=why[0], message=why[1], retry_at=None, task="")
             restart.wait(1.0)
             return False
         config = WorkerConfig(
@@ -270,12 +275,15 @@ class AppController:
         return self.drawings.data(shard)
 
     def _hold(self, stop: threading.Event) -> str | None:
-        """Why not to ask for a task now (None: ask): paused, battery, metered network."""
+        """Why not to ask for a task now (None: ask): paused, resting on unchanged data, battery, metered
+        network. Polled by the worker between tasks (``Worker.hold``): the one place the app paces them."""
         settings = self.settings
         if stop.is_set():
             return "stopped"
         if settings.paused:
             return "Paused (tap Resume to take tasks)."
+        if (rest := self._resting()) is not None:
+            return f"The last task used all {rest[1]} local examples: resting (a new drawing ends it)."
         seen, now = self._conditions, time.monotonic()
         if now - seen[0] > 5.0:
             try:
@@ -294,10 +302,21 @@ class AppController:
 
     # --- the worker's callbacks (worker thread) ---------------------------------------------------
 
+    def _resting(self) -> tuple[float, int] | None:
+        """(when it ends, local examples) of the rest after a task that used all the local data; None: no
+        rest now. A new drawing ends it early (the data changed); see REST_SECONDS."""
+        rest = self._rest
+        if rest is None or rest[0] != self._generation or time.time() >= rest[1]:
+            return None
+        return rest[1], rest[2]
+
     def _on_report(self, report: TaskReport) -> None:
         with self._lock:
             self._rows.append(TaskRow.of(report))
             done = self._status.done + 1
+            worker, self._rest = self._worker, None
+            if worker is not None and report.batch_size >= len(worker.data):  # it used every local example
+                self._rest = (self._task_generation, time.time() + self.rest_seconds, len(worker.data))
         note = " (already counted: resent)" if report.duplicate else ""
         message = f"Task done: v{report.version}, {report.compute_time_ms:.0f} ms{note}"
         self._worker_set(state="connected", message=message, retry_at=None, task="", done=done)
@@ -306,9 +325,14 @@ class AppController:
         if event.kind == "enrolled":
             self._remember_token(event.detail)
         elif event.kind == "held":
-            self._worker_set(state="paused", message=event.detail, retry_at=None, task="")
+            rest = None if self.settings.paused else self._resting()
+            state = "paused" if rest is None else "resting"
+            self._worker_set(state=state, message=event.detail, retry_at=rest and rest[0], task="")
         elif event.kind in ("task", "pushing") and event.grant is not None:
             g = event.grant
+            if event.kind == "task":
+                with self._lock:
+                    self._task_generation = self._generation
             slo = f", time SLO {g.slo_time_ms:.0f} ms" if g.slo_time_ms else ""
             doing = "sending the gradient" if event.kind == "pushing" else "computing"
             self._worker_set(state="training", message="", retry_at=None,
@@ -366,3 +390,17 @@ class AppController:
     def _set(self, **changes: object) -> None:
         with self._lock:
             self._status = replace(self._status, **changes)  # type: ignore[arg-type]
+
+
+def _not_ready(settings: AppSettings, data: DeviceData | None) -> tuple[str, str] | None:
+    """Why the worker cannot start yet, as (state, message): "setup" for the normal first run (nothing
+    set, no drawings yet: what to do next, calmly), "error" only for a real problem (a malformed URL)."""
+    if not settings.server_url.strip():
+        return "setup", "Welcome! Set the coordinator URL (or paste an enrollment link) in Settings."
+    if problem := url_problem(settings.server_url):
+        return "error", problem
+    if not (settings.enrollment_key or settings.token_for(settings.server_url)):
+        return "setup", "Welcome! Set the enrollment key (or paste an enrollment link) in Settings."
+    if data is None:
+        return "setup", FIRST_RUN
+    return None

@@ -19,6 +19,7 @@ from kivy.uix.button import Button
 from kivy.uix.screenmanager import Screen
 from kivy.uix.widget import Widget
 
+from .chart import TaskChart
 from .controller import AppController, Status, TaskRow
 from .drawing import strokes_to_image
 from .model import Guess
@@ -26,13 +27,16 @@ from .settings import parse_enrollment_link, url_problem
 
 __all__ = ["DrawingPad", "Root", "SettingsScreen", "StatusScreen", "TaskChart", "TryScreen"]
 
+# red is for real problems only: the first run ("setup") and a rest are calm blue, not a fault
 STATE_COLORS = {
     "training": (0.1, 0.5, 0.25, 1), "connected": (0.1, 0.5, 0.25, 1), "paused": (0.6, 0.45, 0.05, 1),
     "waiting": (0.6, 0.45, 0.05, 1), "error": (0.72, 0.15, 0.12, 1), "finished": (0.16, 0.38, 0.72, 1),
+    "setup": (0.16, 0.38, 0.72, 1), "resting": (0.16, 0.38, 0.72, 1),
 }  # fmt: skip
 STATE_NAMES = {
     "training": "Training", "connected": "Connected", "paused": "Paused", "waiting": "Waiting",
     "error": "Problem", "finished": "Finished", "connecting": "Connecting", "stopped": "Stopped",
+    "setup": "Getting started", "resting": "Resting",
 }  # fmt: skip
 
 
@@ -88,45 +92,6 @@ def _table(rows: tuple[TaskRow, ...] | list[TaskRow]) -> str:
         time_ms = f"[color=b8261f]{r.time_ms:7.0f}[/color]" if late else f"{r.time_ms:7.0f}"
         lines.append(f"v{r.version:<4d}{r.batch_size:8d}  {time_ms}  {slo}  {energy}")
     return "\n".join(lines)
-
-
-class TaskChart(Widget):
-    """Bars of the last tasks: compute time over the time SLO (left), energy over the energy SLO (right)."""
-
-    rows = ListProperty([])
-
-    def on_rows(self, *_: Any) -> None:
-        self.redraw()
-
-    def on_size(self, *_: Any) -> None:
-        self.redraw()
-
-    def redraw(self) -> None:
-        self.canvas.clear()
-        half = (self.width - dp(10)) / 2.0
-        rows: list[TaskRow] = list(self.rows)
-        with self.canvas:
-            Color(1, 1, 1, 1)
-            Rectangle(pos=self.pos, size=self.size)
-            slo_t = next((r.slo_time_ms for r in reversed(rows) if r.slo_time_ms), None)
-            slo_e = next((r.slo_energy for r in reversed(rows) if r.slo_energy), None)
-            self._bars([r.time_ms for r in rows], slo_t, self.x, half)
-            self._bars([r.energy or 0.0 for r in rows], slo_e, self.x + half + dp(10), half)
-
-    def _bars(self, values: list[float], slo: float | None, left: float, width: float) -> None:
-        top = max([*values, slo or 0.0, 1e-12]) * 1.15
-        height = self.height - dp(8)
-        step = width / max(len(values), 10)
-        for i, value in enumerate(values):
-            over = slo is not None and value > slo
-            Color(*((0.85, 0.45, 0.1, 1) if over else (0.2, 0.55, 0.35, 1)))
-            Rectangle(
-                pos=(left + i * step + 1, self.y + dp(4)), size=(step - 2, max(1.0, height * value / top))
-            )
-        if slo is not None:
-            Color(0.72, 0.15, 0.12, 1)
-            y = self.y + dp(4) + height * slo / top
-            Line(points=[left, y, left + width, y], dash_length=6, dash_offset=4, width=1)
 
 
 class DrawingPad(Widget):
@@ -237,11 +202,7 @@ class SettingsScreen(Screen):
         s = controller().settings
         ids = self.ids
         ids.server_url.text, ids.enrollment_key.text = s.server_url, s.enrollment_key
-        ids.battery.value, ids.unmetered.active, ids.paused.active = (
-            s.min_battery_percent,
-            s.unmetered_only,
-            s.paused,
-        )
+        ids.battery.value, ids.unmetered.active = s.min_battery_percent, s.unmetered_only
         ids.note.text = ""
 
     def use_link(self) -> None:
@@ -268,8 +229,7 @@ class SettingsScreen(Screen):
             new,
             min_battery_percent=int(ids.battery.value),
             unmetered_only=bool(ids.unmetered.active),
-            paused=bool(ids.paused.active),
-        )
+        )  # pausing is the Status screen's one Pause/Resume button, never a second switch here
         try:
             control.update_settings(new)
         except OSError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from server.core.health import CODES, STATES, Health
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -42,3 +44,28 @@ class Metrics:
         )
         self.push_seconds = Histogram("fleet_push_seconds", "Push handling time", registry=r)
         self.task_seconds = Histogram("fleet_task_request_seconds", "Task request handling time", registry=r)
+        # the coordinator's health (server/core/health.py; docs/ops/alerts.yml alerts on these)
+        self.health_state = Gauge(
+            "fleet_health_state", "Health: 0 ok, 1 degraded, 2 down (cannot serve)", registry=r
+        )
+        self.health_reason = Gauge(
+            "fleet_health_reason", "1 while this reason holds, else 0", ["code"], registry=r
+        )
+        self.journal_pending = Gauge(
+            "fleet_journal_pending", "Writes queued or being written, not yet committed", registry=r
+        )
+        self.journal_oldest = Gauge(
+            "fleet_journal_oldest_pending_seconds",
+            "Age of the oldest write not yet committed (0: none)",
+            registry=r,
+        )
+        self.observe_health(Health(STATES[0]), 0, 0.0)  # every code's series exists from the first scrape
+
+    def observe_health(self, health: Health, pending: int, oldest_s: float) -> None:
+        """Set the health gauges: the state's level and one 0/1 series per reason code."""
+        self.health_state.set(health.level)
+        held = health.codes()
+        for code in CODES:
+            self.health_reason.labels(code).set(1 if code in held else 0)
+        self.journal_pending.set(pending)
+        self.journal_oldest.set(oldest_s)

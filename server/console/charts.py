@@ -123,13 +123,19 @@ def measured(rows: list[Row]) -> Figure:
 
 
 def tau(rows: list[Row]) -> Figure:
+    """Staleness over time, with AdaSGD's τ_thres as a line only when the strategy has one: a legend
+    entry with nothing drawn under it is a question the page cannot answer."""
     traces = [
         {"type": "scatter", "mode": "markers", "name": "staleness", "x": _column(rows, 0),
          "y": _column(rows, 2), "marker": {"size": 4, "opacity": 0.5}},
-        {"type": "scatter", "mode": "lines", "name": "τ_thres (AdaSGD)", "x": _column(rows, 0),
-         "y": _column(rows, 3)},
     ]  # fmt: skip
-    return {"data": traces, "layout": _layout("answered at (UTC)", "versions", showlegend=True)}
+    if any(row[3] is not None for row in rows):
+        traces.append(
+            {"type": "scatter", "mode": "lines", "name": "τ_thres (AdaSGD)", "x": _column(rows, 0),
+             "y": _column(rows, 3)}
+        )  # fmt: skip
+    layout = _layout("answered at (UTC)", "versions", showlegend=len(traces) > 1)
+    return {"data": traces, "layout": layout}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ import numpy as np
 from server.core.coordinator import Coordinator
 
 Row = tuple[Any, ...]
+ALL_WELL = "Nothing needs attention."  # the health banner's text when there is no reason
+# a device model meets the time SLO when at least this share (%) of its tasks finish within it
+MEETS_SLO_PCT = 90.0
 
 
 def iso(at: float | None) -> str | None:
@@ -78,7 +81,10 @@ class Figures:
             "declined_by_reason": dict(c.recent.declines),  # tasks devices gave back unrun (issue 29)
             "staleness_p50": float(np.percentile(staleness, 50)),
             "staleness_p99": float(np.percentile(staleness, 99)),
-            "degraded": c.degraded,
+            # ok / degraded / down and why (server/core/health.py); flat for the live-refreshed banner
+            "health": (health := c.health().to_dict()),
+            "health_state": health["state"],
+            "health_summary": " ".join(r["message"] for r in health["reasons"]) or ALL_WELL,
         }
 
     # -- datasets ------------------------------------------------------------------------------
@@ -147,6 +153,40 @@ class Figures:
             )
         return rows
 
+    def device_models(self, _: dict[str, str]) -> list[Row]:
+        """Per device model, worst first: does it meet the time SLO, and with what batch sizes.
+
+        I-Prof sizes each task's batch to the SLO, so every model's median task time sits near the SLO
+        and tells little; what differs is the batch a model gets (a slow phone gets small ones) and the
+        share of its tasks that still overran. Worst first: the smallest share within the SLO, then the
+        largest p90 overrun. A model ``misses`` the SLO when under ``MEETS_SLO_PCT`` of its tasks
+        finish within it; models with no measurement yet come last."""
+        slo = float(self.coordinator.profiler.time_slo_ms)
+        counts = self.store.device_model_counts(self.now)
+        measured = set(self.store.measurement_counts())
+        rows: list[Row] = []
+        for device_model in sorted(set(counts) | measured):
+            devices, active, last = counts.get(device_model, (0, 0, None))
+            records = self.store.measurements(device_model, 200) if device_model in measured else []
+            if not records:
+                rows.append((device_model, devices, active, iso(last), 0, *([None] * 7), slo, None))
+                continue
+            batch = np.asarray([m.batch_size for m in records], dtype=float)
+            times = np.asarray([m.compute_time_ms for m in records], dtype=float)
+            within = round(float(np.mean(times <= slo)) * 100, 1)
+            over = round(float(np.percentile((times - slo) / slo, 90)) * 100, 1)
+            predicted = [m.predicted_time_ms for m in records if m.predicted_time_ms is not None]
+            rows.append(
+                (
+                    device_model, devices, active, iso(last), len(records),
+                    int(np.median(batch)), int(batch.min()), int(batch.max()), within, over,
+                    round(float(np.median(times)), 1),
+                    round(float(np.median(predicted)), 1) if predicted else None,
+                    slo, within < MEETS_SLO_PCT,
+                )
+            )  # fmt: skip
+        return sorted(rows, key=lambda r: (r[8] is None, r[8] or 0.0, -(r[9] or 0.0), r[0]))
+
     def measurements(self, query: dict[str, str]) -> list[Row]:
         """One device model's latest tasks (``?device_model=``): predicted vs measured time and energy."""
         device_model = query.get("device_model", "")
@@ -192,6 +232,26 @@ DATASETS: dict[str, Dataset] = {
             "within_slo_pct",
         ),
         Figures.slo,
+    ),  # fmt: skip
+    "device_models": Dataset(
+        "Device models against the time SLO, worst first",
+        (
+            "device_model",
+            "devices",
+            "active_5min",
+            "last_seen",
+            "tasks_measured",
+            "batch_p50",
+            "batch_min",
+            "batch_max",
+            "within_slo_pct",
+            "p90_over_slo_pct",
+            "measured_ms_p50",
+            "predicted_ms_p50",
+            "slo_ms",
+            "misses_slo",
+        ),
+        Figures.device_models,
     ),  # fmt: skip
     "privacy": Dataset(
         "Privacy spent per device",

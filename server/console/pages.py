@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse, Response
 
 from fleet_protocol.accounting import STATEMENT
 from server.console.charts import CHARTS
-from server.console.figures import DATASETS, Figures
+from server.console.figures import DATASETS, MEETS_SLO_PCT, Figures
 from server.console.models import page_data
+from server.console.sentences import audit_sentence, innermost, panels, strategy_summary
 from server.console.web import Session, console_state, coordinator_of, render
 from server.core.errors import CoordinatorError
 from server.core.lineage import MAX_NOTE
@@ -40,7 +41,13 @@ async def overview(request: Request, session: Session, msg: str | None = None) -
 async def learning(request: Request, session: Session) -> Response:
     run = coordinator_of(request).run
     described = run.strategy.describe() if run else {}
-    return render(request, "learning.html", strategy=described)
+    return render(
+        request,
+        "learning.html",
+        strategy=described,
+        summary=strategy_summary(described),
+        panels=panels(run.strategy if run else None),
+    )
 
 
 @router.get("/devices", include_in_schema=False)
@@ -55,8 +62,8 @@ async def devices(
         figures = _figures(request)
         store = figures.store
         return {
-            "per_model": store.device_model_counts(figures.now),
-            "slo_rows": figures.slo({}),
+            "model_rows": figures.device_models({}),
+            "slo_ms": float(figures.coordinator.profiler.time_slo_ms),
             "devices": store.devices(offset=page * PAGE_SIZE, limit=PAGE_SIZE, device_model=device_model),
         }
 
@@ -68,6 +75,7 @@ async def devices(
         page_number=page,
         page_size=PAGE_SIZE,
         device_model=device_model,
+        meets_slo_pct=MEETS_SLO_PCT,
         msg=msg,
     )
 
@@ -109,8 +117,10 @@ async def render_settings(request: Request, status_code: int = 200, **context: A
     console = console_state(request)
     current = console.settings
     plain = {title: list(names) for title, names in LIVE_SETTINGS.items() if title != "Learning"}
+    run = coordinator_of(request).run
+    running = innermost(run.strategy) if run else None
     strategy = [
-        _input(f"strategy.{name}", field, getattr(current.strategy, name))
+        _input(f"strategy.{name}", field, getattr(current.strategy, name), getattr(running, name, None))
         for name, field in type(current.strategy).model_fields.items()
         if name != "name"
     ]
@@ -133,6 +143,7 @@ async def render_settings(request: Request, status_code: int = 200, **context: A
         status_code,
         groups=plain,
         kinds=_input_kinds(),
+        fields=_top_level(),
         current=current,
         strategy_names=sorted(STRATEGIES),
         strategy_fields=strategy,
@@ -153,9 +164,27 @@ def input_kind(annotation: Any) -> Any:
     return "optional" if type(None) in get_args(annotation) else "value"
 
 
-def _input(form_name: str, field: Any, value: Any) -> dict[str, Any]:
+def _input(form_name: str, field: Any, value: Any, effective: Any = None) -> dict[str, Any]:
+    """A form field; ``effective`` is what an unset (None) value means in the running strategy (its own
+    default, e.g. learning rate 0.2), shown so that "default" is never the only answer."""
     kind = input_kind(field.annotation)
-    return {"name": form_name, "kind": kind, "value": value, "help": field.description}
+    return {
+        "name": form_name,
+        "kind": kind,
+        "value": value,
+        "help": field.description,
+        "default": field.default,
+        "effective": effective if value is None else None,
+    }
+
+
+@lru_cache(maxsize=1)
+def _top_level() -> dict[str, dict[str, Any]]:
+    """Per top-level setting, its help text and default (the pydantic Field's)."""
+    return {
+        name: {"help": field.description, "default": field.default}
+        for name, field in Settings.model_fields.items()
+    }
 
 
 @lru_cache(maxsize=1)
@@ -168,8 +197,8 @@ def _input_kinds() -> dict[str, Any]:
 async def privacy(request: Request, session: Session, page: int = Query(0, ge=0, le=100_000)) -> Response:
     """ε per device and overall against the budget, and the assumption every figure rests on."""
     ledger = coordinator_of(request).privacy
-    if ledger is None:
-        return render(request, "privacy.html", overview=None)
+    if ledger is None:  # DP off: a statement, no chart, so no plotly.js to load
+        return render(request, "privacy.html", overview=None, charts=False)
     overview = await run_in_threadpool(ledger.overview)
     devices = sorted(overview["devices"], key=lambda v: v["epsilon"], reverse=True)
     shown = devices[page * PAGE_SIZE : (page + 1) * PAGE_SIZE]
@@ -188,7 +217,8 @@ async def privacy(request: Request, session: Session, page: int = Query(0, ge=0,
 async def audit_page(request: Request, session: Session, page: int = Query(0, ge=0, le=100_000)) -> Response:
     store = console_state(request).store
     entries = await run_in_threadpool(store.audit_entries, limit=PAGE_SIZE, offset=page * PAGE_SIZE)
-    return render(request, "audit.html", entries=entries, page_number=page, page_size=PAGE_SIZE)
+    said = [(e, audit_sentence(e.action, e.detail)) for e in entries]
+    return render(request, "audit.html", entries=said, page_number=page, page_size=PAGE_SIZE)
 
 
 # -- data ----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from fastapi import Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.templating import Jinja2Templates
 
+from server.console import labels
 from server.console.accounts import Accounts, ConsoleSession
 from server.console.figures import iso
 from server.core.coordinator import Coordinator
@@ -26,11 +27,14 @@ from server.settings import Settings
 from server.store.admin import AdminStore
 
 COOKIE = "fleet_session"
+# the pages that draw charts: only they load plotly.js (1.2 MB), the others stay a few kB
+CHART_PAGES = frozenset({"overview", "learning", "devices", "device_model", "privacy"})
 LOGIN_CSRF_COOKIE = "fleet_login_csrf"
 templates = Jinja2Templates(directory=Path(__file__).parent / "templates")
 templates.env.filters["iso"] = iso
 # one path segment of a URL: Jinja's urlencode keeps "/", and a device model named "A/B" must stay one segment
 templates.env.filters["segment"] = lambda value: quote(str(value), safe="")
+labels.install(templates.env)  # |label, |number, |bytes, |ms, |features: words and units, not variables
 
 
 @dataclass
@@ -105,6 +109,7 @@ def login_url(next_path: str) -> str:
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Any:
     session: ConsoleSession | None = getattr(request.state, "session", None)
     context.setdefault("page", template.removesuffix(".html"))
+    context.setdefault("charts", context["page"] in CHART_PAGES)
     return templates.TemplateResponse(
         request,
         template,

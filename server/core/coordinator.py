@@ -41,6 +41,8 @@ from server.core.events import Event, PushRefused, StateCheckpoint
 from server.core.figures import RecentFigures
 from server.core.following import OwnState, Versions
 from server.core.granting import Granting
+from server.core.health import Health, HealthPolicy, assess, device_fault
+from server.core.health_signals import gather
 from server.core.journal import Journal, Ticket
 from server.core.leases import Lease, LeaseBook
 from server.core.ports import Profiler, Store, Strategy
@@ -77,14 +79,16 @@ class Coordinator(Granting, Steering):
         sink: PushSink | None = None,
         versions: Versions | None = None,
         recall_wait_s: float = 0.0,
+        health: HealthPolicy | None = None,
     ) -> None:
         """``checks``: what a push must pass besides its lease's expiry and the run's (the aggregator:
         ``TRUSTED``). ``sink``: where an accepted push goes (None: ``ApplyNow``, over this coordinator's
         strategy, profiler and catalog; an API worker: ``Enqueue``). ``versions``: ``OwnState`` (None)
         or ``FollowStorage`` (an API worker). ``recall_wait_s``: how long a push for a task this process
         does not know looks again for its lease (another API worker may commit its grant a moment after
-        the device pushed here)."""
+        the device pushed here). ``health``: the thresholds of ``health()``."""
         self.store = store
+        self.health_policy = health or HealthPolicy()
         self.profiler = profiler
         self.strategy_factory = strategy_factory
         self.admission = admission or AdmissionController()
@@ -125,6 +129,7 @@ class Coordinator(Granting, Steering):
             on_failure=self._journal_failed,
             reload=self._reload,
             durable=durable,
+            clock=clock,
         )
 
     # -- start-up and models -------------------------------------------------------------------
@@ -169,6 +174,7 @@ class Coordinator(Granting, Steering):
             stop_versions=row.stop_versions,
             floor=floor_of(self.store, model_id),
         )
+        self.recent.training_since = self.clock()
         log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
 
     def add_model(self, bundle: Bundle, *, name: str | None = None, actor: str = "admin") -> ModelInfo:
@@ -260,7 +266,9 @@ class Coordinator(Granting, Steering):
         one for the task would be a second release for one charge (finding 8)."""
         try:
             push = self._check_push(lease, result, self.clock(), queue_id)
-        except CoordinatorError:
+        except CoordinatorError as exc:
+            if device_fault(exc):
+                self.recent.ended(lease.device_id, False, self.clock())
             if lease.dp_bound is not None and lease.digest is None:
                 lease.digest = result.digest
                 self.journal.record(PushRefused(lease.task_id, result.digest, self.clock()))
@@ -275,6 +283,7 @@ class Coordinator(Granting, Steering):
         if outcome.applied and run.stop_versions is not None and outcome.version >= run.stop_versions:
             self._set_status("finished", actor="criterion")
         self.recent.staleness.append(outcome.staleness)
+        self.recent.ended(lease.device_id, True, push.now)
         return outcome, ticket
 
     def take(
@@ -354,6 +363,10 @@ class Coordinator(Granting, Steering):
             self.degraded = None
         log.warning("storage is back: the coordinator reloaded its durable state")
         return dropped
+
+    def health(self) -> Health:
+        """The health as of now: "ok", "degraded" or "down", and why (server/core/health.py)."""
+        return assess(gather(self), self.health_policy)
 
     def close(self) -> None:
         """Write what is queued and stop the journal's writer."""

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from server.core.health import Outcome
+
 
 @dataclass
 class RecentFigures:
@@ -20,11 +22,23 @@ class RecentFigures:
     rejections: dict[str, int] = field(default_factory=dict)
     declines: dict[str, int] = field(default_factory=dict)  # tasks devices gave back unrun, by their reason
     _declined_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    # for the health checks (server/core/health.py): how tasks ended lately, the last push, and since when
+    # training runs in this process (no push before then is missing)
+    outcomes: deque[Outcome] = field(default_factory=lambda: deque(maxlen=5000))
+    last_push_at: float | None = None
+    training_since: float | None = None
+
+    def ended(self, device_id: str, ok: bool, now: float) -> None:
+        """A task's end: its push taken (``ok``), refused or declined."""
+        self.outcomes.append(Outcome(now, device_id, ok))
+        if ok:
+            self.last_push_at = now
 
     def declined(self, device_id: str, reason: str, now: float, quiet_s: float = 600.0) -> bool:
         """Count a declined task; True when this device has not declined for this reason in ``quiet_s``
         (the API audits only those: a fleet on terms it cannot run declines at every grant)."""
         self.declines[reason] = self.declines.get(reason, 0) + 1
+        self.ended(device_id, False, now)
         last = self._declined_at.get((device_id, reason))
         if last is not None and now - last < quiet_s:
             return False

@@ -89,6 +89,7 @@ class _Queued:
     seq: int
     event: Event
     ticket: Ticket | None
+    at: float  # when it was queued (``backlog``)
 
 
 @dataclass
@@ -121,6 +122,7 @@ class Journal:
         durable: bool = True,
         inline_batch: int = 64,
         grant_linger_s: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.checkpoint = checkpoint
@@ -129,7 +131,9 @@ class Journal:
         self.durable = durable
         self.inline_batch = inline_batch
         self.grant_linger_s = grant_linger_s
+        self.clock = clock
         self._queue: list[_Queued] = []
+        self._inflight: tuple[int, float] | None = None  # the batch being written: (events, oldest at)
         self._appended = 0
         self._lock = threading.Lock()  # the queue's own lock
         self._writing = threading.Lock()  # one batch at a time, in order
@@ -139,6 +143,14 @@ class Journal:
         if durable:
             self._thread = threading.Thread(target=self._run, name="fleet-journal", daemon=True)
             self._thread.start()
+
+    def backlog(self) -> tuple[int, float | None]:
+        """(writes not yet committed, when the oldest of them was queued): the health check's view of a
+        slow or hung database, before any push times out (server/core/health.py)."""
+        with self._lock:
+            count = len(self._queue) + (self._inflight[0] if self._inflight else 0)
+            times = [q.at for q in self._queue[:1]] + ([self._inflight[1]] if self._inflight else [])
+        return count, min(times, default=None)
 
     @property
     def appended(self) -> int:
@@ -159,7 +171,7 @@ class Journal:
     def _append(self, event: Event, ticket: Ticket | None) -> None:
         with self._lock:
             self._appended += 1
-            self._queue.append(_Queued(self._appended, event, ticket))
+            self._queue.append(_Queued(self._appended, event, ticket, self.clock()))
             pending = len(self._queue)
             self._wake.notify()
         if not self.durable and pending >= self.inline_batch:
@@ -170,6 +182,7 @@ class Journal:
         with self._lock:
             cut = next((i for i, q in enumerate(self._queue) if q.seq > through), len(self._queue))
             taken, self._queue = self._queue[:cut], self._queue[cut:]
+            self._inflight = (len(taken), taken[0].at) if taken else None
         batch = Batch()
         for queued in taken:
             if isinstance(queued.event, TaskGranted):
@@ -188,8 +201,12 @@ class Journal:
         with self._writing:
             state, through = self.checkpoint()
             batch = self._take(through)
-            if batch or state.profiles:
-                self._write(batch, state)
+            try:
+                if batch or state.profiles:
+                    self._write(batch, state)
+            finally:
+                with self._lock:
+                    self._inflight = None
 
     def _run(self) -> None:
         while True:

@@ -68,6 +68,8 @@ class Steering:
     def _set_status(self, status: str, *, actor: str = "admin") -> Ticket:
         run = self._require_run()
         previous, run.status = run.status, status
+        if status == "training":  # resumed: the health check counts silence from now (server/core/health.py)
+            self.recent.training_since = self.clock()
         log.info("model %s is now %s at version %d", run.model_id, status, run.version)
         event = StatusChanged(run.model_id, status, run.version, actor, self.clock(), previous=previous)
         return self.journal.record(event)

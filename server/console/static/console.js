@@ -1,6 +1,7 @@
 // Fleet console: draws each [data-chart] with Plotly from /admin/charts/<name>, fills [data-field] from
-// /admin/data/overview.json, refreshes both every few seconds while the tab is visible, and asks for
-// confirmation on forms that carry data-confirm. Nothing else: the pages work as plain HTML.
+// /admin/data/overview.json, refills each [data-live] region from a fresh copy of the page (tables.js),
+// refreshes all three every few seconds while the tab is visible, and asks for confirmation on forms
+// that carry data-confirm. Nothing else: the pages work as plain HTML.
 "use strict";
 const REFRESH_MS = 3000;
 
@@ -27,7 +28,7 @@ async function drawChart(el) {
 function formatValue(el, value) {
   if (value === null || value === undefined) return "—";
   if (el.dataset.format === "pct" && typeof value === "number") return (100 * value).toFixed(1) + "%";
-  if (typeof value === "number" && !Number.isInteger(value)) return value.toPrecision(3);
+  if (typeof value === "number" && !Number.isInteger(value)) return String(Number(value.toPrecision(3)));
   return String(value);
 }
 
@@ -44,20 +45,21 @@ async function refresh() {
   if (document.hidden) return;
   const work = [...document.querySelectorAll("[data-chart]")].map((el) => drawChart(el).catch(() => {}));
   for (const root of document.querySelectorAll("[data-overview]")) work.push(fillOverview(root).catch(() => {}));
+  if (window.fleetTables) work.push(window.fleetTables.refreshLive().catch(() => {}));
   await Promise.all(work);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  for (const form of document.querySelectorAll("form[data-confirm]")) {
-    form.addEventListener("submit", (event) => {
-      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
-    });
-  }
+  // delegated, so that forms a live refresh brings in ask too
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  });
   for (const el of document.querySelectorAll("[data-format='pct']")) {
     const value = parseFloat(el.textContent);
     if (!Number.isNaN(value)) el.textContent = formatValue(el, value);
   }
-  if (document.querySelector("[data-chart], [data-overview]")) {
+  if (document.querySelector("[data-chart], [data-overview], [data-live]")) {
     refresh();
     setInterval(refresh, REFRESH_MS);
   }
