@@ -59,7 +59,7 @@ LEDGER_FILE = "privacy-ledger.json"
 FORMAT = 1
 DEFAULT_BUDGET = 8.0
 NOISE_FLOOR = 0.5  # σ below this protects little at any q: refused whatever the coordinator's budget
-# q: the shipped demo grants B = 100 of N = 200 examples, reported as the bucket 192: q = 100/192 ≈ 0.52.
+# q: the DP demo grants B = 10 of N = 200 examples, reported as the bucket 192: q = 10/192 ≈ 0.052.
 # 0.6 admits any B ≤ N/2 whatever the bucket's rounding (≤ 9/8 · 0.5) and refuses steps that sample most
 # of the data, where subsampling amplifies next to nothing.
 RATE_CAP = 0.6

@@ -247,8 +247,12 @@ def demo(
         ),
     ] = None,
     dp_tasks: Annotated[
-        int, typer.Option(min=1, help="with --dp-epsilon: σ lets this many full tasks fit")
-    ] = 30,
+        int | None,
+        typer.Option(min=1, help="with --dp-epsilon: σ lets exactly this many tasks fit (default 300)"),
+    ] = None,
+    dp_batch: Annotated[
+        int | None, typer.Option(min=1, help="with --dp-epsilon: the batch B each task samples (default 10)")
+    ] = None,
     attackers: Annotated[int, typer.Option(min=0, help="how many phones are Byzantine")] = 0,
     attack: Annotated[
         str, typer.Option(help="with --attackers: sign-flip, gaussian, label-flip or stale-replay")
@@ -273,6 +277,7 @@ def demo(
                 linger=linger,
                 dp_epsilon=dp_epsilon,
                 dp_tasks=dp_tasks,
+                dp_batch=dp_batch,
                 attackers=attackers,
                 attack=attack,
                 kardam=kardam,

@@ -25,6 +25,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from fleet.demo_dp import DPPlan, dp_verdict, plan_dp
+
 # Five phone classes, slowest to fastest; ms per sample spans the S6 → S10 7x spread of the thesis.
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
 
@@ -43,7 +45,8 @@ class DemoConfig:
     time_slo_ms: float = 1000.0
     linger: float | None = None  # after the run, keep the coordinator up this long (None: until Ctrl-C)
     dp_epsilon: float | None = None  # DP-SGD on every phone with this ε budget per device (None: off)
-    dp_tasks: int = 30  # the σ is calibrated so that this many tasks at the largest batch spend the budget
+    dp_tasks: int | None = None  # σ is calibrated so that this many tasks spend the budget (None: DP_TASKS)
+    dp_batch: int | None = None  # B granted under DP (None: DP_BATCH)
     attackers: int = (
         0  # the first this many phones are Byzantine (client/_attacks.py), to show Kardam at work
     )
@@ -61,27 +64,32 @@ class DemoConfig:
             raise ValueError(f"unknown attack {self.attack!r}; known: {list(ATTACKS)}")
 
 
-DP_MAX_BATCH = 100  # with DP a phone's 200 digits (reported as 192) are Poisson-sampled at q = 100/192
-
-
-def dp_settings(cfg: DemoConfig, local_examples: int) -> dict[str, str]:
-    """FLEET_* settings for a DP run: the budget, and σ calibrated (RDP) so that ``dp_tasks`` tasks at
-    the largest batch reach it; smaller batches (a lower q) leave room for more tasks."""
+def dp_plan(cfg: DemoConfig, local_examples: int) -> DPPlan | None:
+    """The DP run's terms (fleet/demo_dp.py), None without DP: σ calibrated so that ``dp_tasks`` tasks at
+    B = ``dp_batch`` spend exactly the budget."""
     if cfg.dp_epsilon is None:
-        return {}
-    from client._ledger import RATE_CAP
-    from fleet_protocol.accounting import DEFAULT_DELTA, bucket_examples, calibrate_noise
+        return None
+    return plan_dp(
+        cfg.dp_epsilon,
+        local_examples,
+        tasks=cfg.dp_tasks,
+        batch=cfg.dp_batch,
+        learning_rate=cfg.learning_rate,
+        default_strategy=cfg.strategy is None,
+    )
 
-    # within the phones' own q cap at the rate the coordinator grants (B of N's bucket): 100 for 200 digits
-    bucket = bucket_examples(local_examples)
-    batch = min(DP_MAX_BATCH, int(RATE_CAP * bucket))
-    q = min(1.0, batch / bucket)  # what the coordinator grants and the ledgers charge
-    sigma = calibrate_noise(cfg.dp_epsilon, DEFAULT_DELTA, q, cfg.dp_tasks)
+
+def dp_settings(plan: DPPlan | None) -> dict[str, str]:
+    """FLEET_* settings for a DP run: the budget, σ, the batch pinned to B (q is the plan's) and the rate."""
+    if plan is None:
+        return {}
     return {
         "FLEET_DP": "true",
-        "FLEET_DP_EPSILON_BUDGET": str(cfg.dp_epsilon),
-        "FLEET_DP_NOISE_MULTIPLIER": f"{sigma:.6f}",
-        "FLEET_MAX_BATCH": str(batch),
+        "FLEET_DP_EPSILON_BUDGET": str(plan.epsilon),
+        "FLEET_DP_NOISE_MULTIPLIER": f"{plan.sigma:.6f}",
+        "FLEET_MIN_BATCH": str(plan.batch),
+        "FLEET_MAX_BATCH": str(plan.batch),
+        **({"FLEET_LEARNING_RATE": str(plan.learning_rate)} if plan.learning_rate is not None else {}),
     }
 
 
@@ -225,13 +233,13 @@ def run_demo(cfg: DemoConfig) -> int:
         f"time SLO {cfg.time_slo_ms:.0f} ms"
     )
     shards, _ = write_shards(cfg.workdir / "data", devices=cfg.devices, partition="sorted", seed=cfg.seed)
-    dp_env = dp_settings(cfg, min(len(DeviceData.from_npz(s)) for s in shards))
-    if dp_env:
-        console.print(
-            f"Differential privacy: DP-SGD on every phone, ε budget {cfg.dp_epsilon:g} per device, "
-            f"σ = {float(dp_env['FLEET_DP_NOISE_MULTIPLIER']):.3f}, C = 1, "
-            f"batch ≤ {dp_env['FLEET_MAX_BATCH']}"
-        )
+    plan = dp_plan(cfg, min(len(DeviceData.from_npz(s)) for s in shards))
+    dp_env = dp_settings(plan)
+    if plan is not None:
+        from fleet_protocol.accounting import keep_compositions
+
+        keep_compositions(2 * cfg.devices + 8)  # the phones' ledgers compose one step per task, not T
+        console.print("Differential privacy: DP-SGD on every phone. " + plan.describe(cfg.target))
     if cfg.attackers or cfg.kardam:
         console.print(
             f"Byzantine: {cfg.attackers} of {cfg.devices} phones run the {cfg.attack} attack; "
@@ -275,10 +283,13 @@ def run_demo(cfg: DemoConfig) -> int:
         stats = httpx.get(f"{base}/v1/admin/stats", headers=headers, timeout=10).json()
         evaluations = httpx.get(f"{base}/v1/admin/evaluations", headers=headers, timeout=10).json()
         console.print(_summary(stats, evaluations, time.monotonic() - started, reached, tasks[0]))
-        if dp_env:
+        if plan is not None:
             privacy = httpx.get(f"{base}/v1/admin/privacy", headers=headers, timeout=30).json()
             names = {w.device_id: w.config.device_model for w in workers if w.device_id}
             console.print(_privacy_table(privacy, names))
+            verdict = dp_verdict(plan, stats["accuracy"], cfg.target, privacy["exhausted"], cfg.devices)
+            if verdict:
+                console.print(f"[bold]{verdict}[/]")
         console.print(f"Logs: {cfg.workdir / 'server.log'}, {cfg.workdir / 'devices.log'}")
         _linger(console, cfg, login)
         return 0 if reached is not None or dp_env else 1  # under DP: whatever accuracy the budget allows
