@@ -95,12 +95,12 @@ def test_fuzz_report_quick_writes_its_results(tmp_path):
     assert REPORTS["fuzz"] == "lab.bench.fuzz"
     result = run_report("fuzz", quick=True, out_dir=tmp_path)
     run = result["runs"]["sqlite"]
-    assert run["operations"] == 26 and run["requests"] >= 26 and run["server_errors"] == 0
+    assert run["operations"] == 27 and run["requests"] >= 27 and run["server_errors"] == 0
     assert run["failures"] == [] and sum(run["status_counts"].values()) == run["requests"]
     saved = json.loads((tmp_path / "fuzz-quick.json").read_text())
     assert saved["schemathesis"] == result["schemathesis"]
     assert saved["command"] == "python -m lab run fuzz --quick"
-    assert "| sqlite | 26 |" in (tmp_path / "fuzz-quick.md").read_text()
+    assert "| sqlite | 27 |" in (tmp_path / "fuzz-quick.md").read_text()
 
 
 def test_quick_soak_writes_its_figures_and_the_report(tmp_path):

@@ -79,16 +79,21 @@ def run_one(
     grant carries (the strategy's at grant time)."""
     from client import norm_laplace_gradient
     from client._worker import scaled_counts
+    from server.strategies import STRATEGIES, make_strategy
     from sim.data import partition_iid
-    from sim.scripted import ScriptedFleet, strategy_factory
+    from sim.scripted import ScriptedFleet
 
     rng = np.random.default_rng(seed)
     parts = partition_iid(len(setup.train), edges, rng)
     common = dict(dp_step_epsilon=epsilon, dp_noise_sampler=sampler, tau_max=edges, l2=L2)
+    # the strategy's own validated settings, not Settings: the scripted fleet completes the DP terms itself
+    # (no ledger: FLEET_DP stays off), and the paper's sampler is reproduced though a server refuses it
     if method == "audp":
-        factory = strategy_factory(strategy="audp", audp_clip=bound or 3.0, **common)
+        settings = STRATEGIES["audp"].settings(audp_clip=bound or 3.0, **common)
+        factory = lambda: make_strategy(settings)  # noqa: E731
     elif method == "mapa":
-        factory = strategy_factory(strategy="mapa", mapa_sensitivity=bound, **common)
+        settings = STRATEGIES["mapa"].settings(mapa_sensitivity=bound, **common)
+        factory = lambda: make_strategy(settings)  # noqa: E731
     else:  # ASGD: Table 2's rate has no registered strategy; the core runs this one (TableTwoASGD)
         factory = lambda: TableTwoASGD(edges)  # noqa: E731
     counts = [np.bincount(setup.train.y[p], minlength=10) for p in parts]
