@@ -161,3 +161,16 @@ def test_the_model_badge_says_its_state_once(console):  # noqa: F811
     page = client.get("/admin/models").text
     assert "training · training" not in page
     assert re.search(r'<span class="badge">(training|head · paused)</span>', page)
+
+
+def test_no_static_file_names_a_cdn():
+    """The console's scripts and styles come from the coordinator: nothing it serves points at a CDN."""
+    import re
+    from pathlib import Path
+
+    import server.console
+
+    static = Path(server.console.__file__).parent / "static"
+    cdn = re.compile(rb"https?://(?:cdn\.|[\w.-]*jsdelivr|unpkg|cdnjs)[\w./-]*")
+    found = {p.name: cdn.findall(p.read_bytes()) for p in static.rglob("*") if p.is_file()}
+    assert not {name: urls for name, urls in found.items() if urls}
