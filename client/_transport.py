@@ -284,7 +284,7 @@ def _error_from(response: httpx.Response) -> WorkerError:
         return Rejected(detail, reason=reason, retry_after=retry_after, status_code=status)
     if status == 429:
         return Rejected(detail, reason=reason or "rate_limited", retry_after=retry_after, status_code=status)
-    if status >= 500:
+    if status >= 500 or status == 408:  # 408: the body was too slow (a poor link), worth sending again
         return TransportError(f"{where}: {status} {detail}", status_code=status)
     return WorkerError(f"{where}: {status} {detail}", status_code=status)
 

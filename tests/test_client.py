@@ -417,6 +417,7 @@ def test_rejections_map_to_the_exception_tree(tiny):
             rejection("training_finished", 60.0, status=410),
             httpx.Response(503, text="upstream down"),
             httpx.Response(500, json={"detail": "boom"}),
+            httpx.Response(408, json={"detail": "the body took too long"}),  # a slow link: send again
             httpx.Response(422, json={"detail": "label_counts has the wrong length"}),
             httpx.ConnectError("refused"),
         ],
@@ -438,7 +439,7 @@ def test_rejections_map_to_the_exception_tree(tiny):
     with pytest.raises(TrainingFinished) as info:
         ask()
     assert isinstance(info.value, Rejected) and info.value.retry_after == 60.0
-    for _ in range(2):
+    for _ in range(3):
         with pytest.raises(TransportError):
             ask()
     with pytest.raises(WorkerError, match="wrong length") as info:

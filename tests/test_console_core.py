@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -36,49 +35,33 @@ from server.store.sql import SqlStore
 from server.store.tables import Base, DeviceRow
 from server.strategies import make_strategy
 from sim.harness import BatchSizer
-from tests.conftest import ENROLL, FEATURES, fresh_postgres_database, postgres_url
-from tests.memory_store import MemoryStore
+from tests.conftest import ENROLL, FEATURES
+from tests.support.stores import BACKENDS, started_cores, store_factory
 
 RETENTION = 4
-BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(params=BACKENDS)
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Store]]:
     """Factory of stores on one storage: calling it again is a restart."""
-    if request.param == "memory":
-        memory = MemoryStore(version_retention=RETENTION)
-        yield lambda: memory
-        return
-    sqlite = f"sqlite:///{tmp_path / 'fleet.db'}"
-    with nullcontext(sqlite) if request.param == "sqlite" else fresh_postgres_database(postgres_url()) as url:
-        engine = make_engine(url)
-        migrate(engine)
-        yield lambda: SqlStore(session_factory(engine), version_retention=RETENTION)
-        engine.dispose()
+    with store_factory(request.param, tmp_path, version_retention=RETENTION) as make:
+        yield make
 
 
 @pytest.fixture
 def make_core(make_store: Callable[[], Store]) -> Iterator[Callable[..., Coordinator]]:
     """Factory of started coordinators on the same storage (closed at teardown)."""
-    cores: list[Coordinator] = []
+    with started_cores(make_store) as make:
 
-    def make(*, learning_rate: float = 0.1, with_model: bool = True) -> Coordinator:
-        core = Coordinator(
-            store=make_store(),
-            profiler=BatchSizer(mean=10),
-            strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=learning_rate, k=1),
-            version_retention=RETENTION,
-        )
-        core.start()
-        if with_model and core.run is None:
-            core.add_model(builtin("mlp"), actor="test")
-        cores.append(core)
-        return core
+        def core(*, learning_rate: float = 0.1, with_model: bool = True) -> Coordinator:
+            return make(
+                with_model=with_model,
+                profiler=BatchSizer(mean=10),
+                strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=learning_rate, k=1),
+                version_retention=RETENTION,
+            )
 
-    yield make
-    for core in cores:
-        core.close()
+        yield core
 
 
 def result(n: int, value: float, task_id: str) -> TaskResult:

@@ -6,61 +6,33 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from client import DeviceData, DeviceLedger, DevicePrivacy, PrivacyRefused
-from models.manifest import builtin
 from server.core.coordinator import Coordinator
 from server.core.errors import Forbidden
-from server.core.ports import Store
-from server.store.database import make_engine, migrate, session_factory
-from server.store.sql import SqlStore
 from server.strategies import make_strategy
 from sim.data import load_mnist
 from sim.harness import BatchSizer
-from tests.conftest import ENROLL, fresh_postgres_database, postgres_url
-from tests.memory_store import MemoryStore
+from tests.conftest import ENROLL
 from tests.support.inprocess import InProcessServer
+from tests.support.stores import BACKENDS, started_cores, store_factory
 
-BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 DP = {"dp": "true", "dp_noise_multiplier": 2.0, "min_batch": 32, "max_batch": 32, "initial_model": "logreg"}
 
 
 @pytest.fixture(params=BACKENDS)
 def make_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Coordinator]]:
     """Factory of coordinators on one storage: calling it again is a restart."""
-    cores: list[Coordinator] = []
-    memory = MemoryStore()
-    url = f"sqlite:///{tmp_path / 'fleet.db'}"
-    with (
-        nullcontext(url) if request.param != "postgresql" else fresh_postgres_database(postgres_url()) as url
-    ):
-        engine = make_engine(url)
-        migrate(engine)
-
-        def store() -> Store:
-            return memory if request.param == "memory" else SqlStore(session_factory(engine))
-
-        def make() -> Coordinator:
-            core = Coordinator(
-                store=store(),
-                profiler=BatchSizer(mean=10),
-                strategy_factory=lambda: make_strategy("fedavg-async", k=1),
-            )
-            core.start()
-            if core.run is None:
-                core.add_model(builtin("mlp"), actor="test")
-            cores.append(core)
-            return core
-
-        yield make
-        for core in cores:
-            core.close()
-        engine.dispose()
+    options = {
+        "profiler": BatchSizer(mean=10),
+        "strategy_factory": lambda: make_strategy("fedavg-async", k=1),
+    }
+    with store_factory(request.param, tmp_path) as make_store, started_cores(make_store) as make:
+        yield lambda: make(**options)
 
 
 def test_the_same_install_gets_its_device_id_back_with_a_new_token(make_core):

@@ -6,7 +6,6 @@ head is evaluated at once, and migration 0009 carries old rows over. On memory, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -19,51 +18,25 @@ from server.core.coordinator import Coordinator
 from server.core.errors import Conflict, InvalidInput, NotFound
 from server.core.evaluation import Evaluator
 from server.core.lineage import MAX_NOTE, head_history
-from server.core.ports import Store
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.store.tables import PromotionRow, VersionRow
 from server.strategies import make_strategy
 from sim.data import load_mnist
 from sim.harness import BatchSizer
-from tests.conftest import fresh_postgres_database, postgres_url
-from tests.memory_store import MemoryStore
+from tests.support.stores import BACKENDS, started_cores, store_factory
 from tests.test_console_core import alembic_config, grant, push
-
-BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(params=BACKENDS)
 def make_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Coordinator]]:
     """Factory of started coordinators (an mlp, fedavg-async with K = 1) on one storage: a restart."""
-    cores: list[Coordinator] = []
-    memory = MemoryStore()
-    sqlite = f"sqlite:///{tmp_path / 'fleet.db'}"
-    with (
-        nullcontext(sqlite)
-        if request.param != "postgresql"
-        else fresh_postgres_database(postgres_url()) as url
-    ):
-        engine = make_engine(url)
-        migrate(engine)
-
-        def make() -> Coordinator:
-            store: Store = memory if request.param == "memory" else SqlStore(session_factory(engine))
-            core = Coordinator(
-                store=store,
-                profiler=BatchSizer(mean=10),
-                strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
-            )
-            core.start()
-            if core.run is None:
-                core.add_model(builtin("mlp"), actor="test")
-            cores.append(core)
-            return core
-
-        yield make
-        for core in cores:
-            core.close()
-        engine.dispose()
+    options = {
+        "profiler": BatchSizer(mean=10),
+        "strategy_factory": lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
+    }
+    with store_factory(request.param, tmp_path) as make_store, started_cores(make_store) as make:
+        yield lambda: make(**options)
 
 
 def lineage(core: Coordinator) -> list[tuple[int, str, int | None]]:

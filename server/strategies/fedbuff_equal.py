@@ -36,7 +36,7 @@ class FedBuffEqualSettings(StrategySettings):
     warmup_gradients: int = Field(200, ge=0, description="the rate is ramped up over this many gradients")
     share_window: int = Field(200, ge=1, description="each device's share is counted over this many arrivals")
     concurrency_reference: float | None = Field(
-        20.0, gt=0, description="past this median staleness the rate shrinks as 1/sqrt(τ) (unset: never)"
+        20.0, gt=0, description="past this median staleness the rate shrinks as 1/τ (unset: never)"
     )
 
 
