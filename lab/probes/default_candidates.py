@@ -23,6 +23,7 @@ def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
     """name → (the strategy at a rate, its own rate)."""
     from server.strategies import DynSGD, DynSGDClip, FedBuff, FedBuffEqual
     from server.strategies.fairness import EqualShare, FleetStaleness
+    from server.strategies.guard import LossGuard
     from server.strategies.wrappers import ClipNorm, Momentum, WarmUp
 
     def buff(k: int, factor: float | None, until: int | None = None) -> Callable[[float], Any]:
@@ -68,6 +69,12 @@ def arms() -> dict[str, tuple[Callable[[float], Any], float]]:
         "fe-lin20": (lambda lr: scaled(lr, 20.0, 1.0), 0.2),
         "fe-lin40": (lambda lr: scaled(lr, 40.0, 1.0), 0.2),
         "fe-sqrt20": (lambda lr: scaled(lr, 20.0, 0.5), 0.2),
+        "fe-guard": (lambda lr: LossGuard(FedBuffEqual(learning_rate=lr)), 0.4),
+        "fe-ref10": (lambda lr: FedBuffEqual(learning_rate=lr, concurrency_reference=10.0), 0.4),
+        "fe-guard-ref10": (
+            lambda lr: LossGuard(FedBuffEqual(learning_rate=lr, concurrency_reference=10.0)),
+            0.4,
+        ),
     }
 
 
