@@ -192,6 +192,7 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
     coordinator.reconfigure(
         strategy_factory=factory, lease_seconds=new.lease_seconds, max_gradient_norm=new.max_gradient_norm
     )
+    coordinator.health_policy = new.health_policy()
     coordinator.admission.size_drop = new.size_drop
     coordinator.admission.similarity_drop = new.similarity_drop
     profiler = coordinator.profiler

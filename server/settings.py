@@ -363,6 +363,7 @@ LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
         "lease_seconds", "max_gradient_norm", "rate_limit_per_second", "rate_limit_burst",
         "enroll_rate_per_second", "enroll_burst",
     ),
+    "Health": HEALTH_FIELDS,
 }  # fmt: skip
 
 

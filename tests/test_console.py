@@ -156,9 +156,11 @@ def test_settings_apply_at_once_survive_a_restart_and_are_audited(console):
     login(client)
     token = csrf(client)
     form = {"csrf_token": token, "learning_rate": "0.125", "time_slo_ms": "750", "rate_limit_burst": "77"}
+    form["health_no_push_seconds"] = "90"  # an operator whose devices train only while charging
     answer = client.post("/admin/settings", data=form, follow_redirects=False)
     assert answer.status_code == 303, answer.text
     coordinator = client.app.state.coordinator
+    assert coordinator.health_policy.no_push_seconds == 90
     assert coordinator.run.strategy.describe()["learning_rate"] == 0.125
     assert coordinator.profiler.time_slo_ms == 750
     assert client.app.state.rate_limiter.burst == 77
@@ -170,12 +172,13 @@ def test_settings_apply_at_once_survive_a_restart_and_are_audited(console):
     assert restarted.app.state.coordinator.run.strategy.describe()["learning_rate"] == 0.125
     assert restarted.app.state.coordinator.profiler.time_slo_ms == 750
     assert restarted.app.state.rate_limiter.burst == 77
+    assert restarted.app.state.coordinator.health_policy.no_push_seconds == 90
 
 
 @pytest.mark.parametrize(
     "form",
     [{"learning_rate": "-1"}, {"learning_rate": "fast"}, {"min_batch": "50", "max_batch": "10"},
-     {"strategy": "bogus"}, {"percentile": "101"}],
+     {"strategy": "bogus"}, {"percentile": "101"}, {"health_failing_share": "1.5"}],
 )  # fmt: skip
 def test_invalid_settings_change_nothing(console, form):
     client = console()
@@ -185,6 +188,7 @@ def test_invalid_settings_change_nothing(console, form):
         coordinator.run.strategy.describe(),
         coordinator.profiler.min_batch,
         coordinator.profiler.max_batch,
+        coordinator.health_policy,
     )
     answer = client.post("/admin/settings", data={"csrf_token": csrf(client), **form})
     assert answer.status_code == 422 and "Nothing was changed" in answer.text
@@ -192,6 +196,7 @@ def test_invalid_settings_change_nothing(console, form):
         coordinator.run.strategy.describe(),
         coordinator.profiler.min_batch,
         coordinator.profiler.max_batch,
+        coordinator.health_policy,
     )
     assert after == before
     assert client.app.state.admin_store.overrides() == {}

@@ -80,6 +80,7 @@ def test_settings_read_as_words_with_the_effective_default(console):  # noqa: F8
     for name, text in shown:
         assert "_" not in text and text.strip() != name.split(".")[-1], (name, text)
     assert "Time SLO per task (ms)" in page and "Learning rate γ" in page
+    assert "Degraded after no push for (s)" in page  # the health thresholds are the operator's too
     rate = client.app.state.coordinator.run.strategy.learning_rate
     assert f'placeholder="{labels.number(rate)} (default)"' in page  # not just "default"
     assert f"now {labels.number(rate)} (the strategy's default) · γ" in html.unescape(page)
