@@ -14,7 +14,8 @@ import numpy as np
 
 from fleet_protocol import Manifest
 
-from ._attacks import Attack
+from ._attacks import make_attack
+from ._attacks.live import honest_rows
 from ._data import DeviceData, label_counts
 from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, default_energy_meter
@@ -89,8 +90,10 @@ class Worker:
         self._sessions: dict[str, GradientComputer] = {}
         self._dp_sessions: dict[str, DPGradientSession] = {}
         self.device_id: str | None = None
-        attack_rng = np.random.default_rng(attack_seed)
-        self._attack = None if config.attack is None else Attack(config.attack, attack_rng)
+        self._attack_rng = np.random.default_rng(attack_seed)  # the attack's noise, triggers, own estimates
+        self._attack = None
+        if config.attack is not None:
+            self._attack = make_attack(config.attack, self._attack_rng, **dict(config.attack_params))
         self.ledger = DeviceLedger.open(config.state_dir, config.privacy)  # the budget of this data
         self.install_secret = install_secret(config.state_dir)  # enrolling again keeps the device id
 
@@ -150,7 +153,7 @@ class Worker:
         self._private_asks = self._private_asks or private
         if dp is None:  # at most the N examples held, without replacement: the push says how many
             x, y = self.data.batch(grant.batch_size, self._rng)
-            y = y if self._attack is None else self._attack.labels(y, manifest.num_classes)
+            x, y = (x, y) if self._attack is None else self._attack.batch(x, y, manifest.num_classes)
             x = _fit_input(x, manifest.input_shape)
             batch_counts = label_counts(y, manifest.num_classes)
         else:  # plain local SGD (a strategy's terms, no DP) reports the local label mix scaled to B
@@ -177,7 +180,6 @@ class Worker:
                 step.gradient,
                 step.examples,
             )
-        gradient = gradient if self._attack is None else self._attack.gradient(gradient)
         cpu_seconds = time.process_time() - cpu_start
         busy = cpu_seconds
         # the examples an emulated phone computed (a local SGD round's terms: the granted batch)
@@ -197,6 +199,7 @@ class Worker:
             busy += pause  # charged as compute, like the floor above
         compute_time_ms = (time.perf_counter() - start) * 1000.0
         reading = self.energy.end(mark, busy)
+        gradient = self._attacked(gradient, session, params, grant, manifest)  # after the timing (I-Prof)
 
         if gradient.shape != (manifest.num_params,):
             raise WorkerError(f"gradient has shape {gradient.shape}, expected ({manifest.num_params},)")
@@ -232,6 +235,21 @@ class Worker:
             report.predicted_time_ms, report.energy, report.energy_source, report.staleness, report.weight,
         )  # fmt: skip
         return report
+
+    def _attacked(
+        self, gradient: np.ndarray, session: GradientComputer, params: np.ndarray, grant: TaskGrant,
+        manifest: Manifest,
+    ) -> np.ndarray:  # fmt: skip
+        """What an attacker pushes instead of ``gradient`` (measured as any phone's: the attack is untimed);
+        ALIE and IPM estimate the honest spread from own batches (_attacks/live.py). Honest: ``gradient``."""
+        if self._attack is None:
+            return gradient
+        honest = honest_rows(
+            self._attack, gradient, session=session, params=params, data=self.data,
+            batch_size=grant.batch_size, rng=self._attack_rng,
+            fit=lambda x: _fit_input(x, manifest.input_shape),
+        )  # fmt: skip
+        return self._attack.gradient(gradient, honest)
 
     def _decline(self, grant: TaskGrant, exc: TaskDeclined) -> TaskDeclined:
         """Give ``grant`` back with ``exc``'s reason, so the coordinator ends its lease and records why; a

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -54,7 +55,8 @@ class WorkerConfig:
     cert: str | None = None
     energy_model: EnergyModel = field(default_factory=EnergyModel)
     wire_encoding: Literal["float32", "float16"] = "float32"  # of pulled parameters and pushed gradients
-    attack: AttackName | None = None  # Byzantine behaviour for experiments (client/_attacks.py); None: honest
+    attack: AttackName | None = None  # Byzantine behaviour for experiments (client/_attacks/); None: honest
+    attack_params: Mapping[str, str | float | int] = field(default_factory=dict)  # e.g. {"k": 5}
     # the device's install secret and own privacy ledger (client/_state.py, _ledger.py); None: in memory
     state_dir: str | Path | None = None
     privacy: DevicePrivacy = field(default_factory=DevicePrivacy)  # its budget, δ, σ floor, q cap

@@ -144,7 +144,17 @@ def worker(
     max_seconds: float | None = None,
     ca_bundle: Annotated[Path | None, typer.Option(help="CA file to verify an HTTPS coordinator")] = None,
     attack: Annotated[
-        str | None, typer.Option(help="Byzantine (tests): sign-flip|gaussian|label-flip|stale-replay")
+        str | None,
+        typer.Option(
+            help="Byzantine (experiments): sign-flip|scaled|gaussian|label-flip|stale-replay|alie|ipm|"
+            "backdoor|sybil (client/_attacks/)"
+        ),
+    ] = None,
+    attack_param: Annotated[
+        list[str] | None, typer.Option(help="the attack's parameter KEY=VALUE, repeatable: k=5, inner=alie")
+    ] = None,
+    sybils: Annotated[
+        int | None, typer.Option(min=1, help="with --attack sybil: enroll this many devices with the one key")
     ] = None,
     state_dir: Annotated[
         Path | None,
@@ -157,7 +167,7 @@ def worker(
 ) -> None:
     """Run one device: enroll, then take tasks until training finishes or a limit is reached."""
     from client import DevicePrivacy, WorkerConfig, run_worker
-    from client._attacks import ATTACKS
+    from client._attacks import ATTACKS, make_attack, parse_params
     from client._state import default_state_dir
 
     _logging(verbose)
@@ -165,6 +175,18 @@ def worker(
         raise typer.BadParameter("give --enrollment-key or set FLEET_ENROLLMENT_KEY")
     if attack is not None and attack not in ATTACKS:
         raise typer.BadParameter(f"--attack must be one of {', '.join(ATTACKS)}")
+    if sybils is not None and attack != "sybil":
+        raise typer.BadParameter("--sybils needs --attack sybil")
+    try:
+        params = parse_params(attack_param or [])
+        if sybils is not None:
+            params["count"] = str(sybils)
+        if attack is not None:
+            make_attack(attack, **params)  # refuse unknown parameters before enrolling anything
+        elif params:
+            raise ValueError("--attack-param needs --attack")
+    except (ValueError, TypeError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--attack-param") from exc
     options = {"device_model": device_model} if device_model else {}
     config = WorkerConfig(
         base_url=server,
@@ -177,6 +199,7 @@ def worker(
         max_seconds=max_seconds,
         verify=str(ca_bundle) if ca_bundle else True,
         attack=attack,  # type: ignore[arg-type]
+        attack_params=params,
         state_dir=state_dir if state_dir is not None else default_state_dir(data),
         privacy=DevicePrivacy(budget=privacy_budget),
         **options,
@@ -188,6 +211,12 @@ def worker(
             f"t={r.compute_time_ms:.0f}ms loss={r.loss:.3f}"
         )  # type: ignore[attr-defined]
 
+    if attack == "sybil":
+        from client._sybils import run_sybils
+
+        for i, summary in enumerate(run_sybils(config)):
+            typer.echo(f"sybil {i} stopped: {summary.stop_reason} after {summary.tasks} tasks")
+        return
     summary = run_worker(config, on_report=report)
     typer.echo(f"stopped: {summary.stop_reason} after {summary.tasks} tasks")
 
@@ -255,7 +284,7 @@ def demo(
     ] = None,
     attackers: Annotated[int, typer.Option(min=0, help="how many phones are Byzantine")] = 0,
     attack: Annotated[
-        str, typer.Option(help="with --attackers: sign-flip, gaussian, label-flip or stale-replay")
+        str, typer.Option(help="with --attackers: sign-flip, alie, ipm, backdoor... (client/_attacks/)")
     ] = "sign-flip",
     kardam: Annotated[bool, typer.Option(help="Kardam's Byzantine filters around the strategy")] = False,
 ) -> None:

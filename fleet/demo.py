@@ -48,7 +48,7 @@ class DemoConfig:
     dp_tasks: int | None = None  # σ is calibrated so that this many tasks spend the budget (None: DP_TASKS)
     dp_batch: int | None = None  # B granted under DP (None: DP_BATCH)
     attackers: int = (
-        0  # the first this many phones are Byzantine (client/_attacks.py), to show Kardam at work
+        0  # the first this many phones are Byzantine (client/_attacks/), to show a defence at work
     )
     attack: str = "sign-flip"
     kardam: bool = False  # FLEET_KARDAM: Kardam's filters around the strategy (server/strategies/kardam.py)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from sim.events import EventQueue
 from sim.harness import BatchSizer, build_core
 from sim.population import FleetTiming, speed_class
 
+if TYPE_CHECKING:
+    from sim.adversary import Adversary
+
 
 @dataclass
 class VirtualDevice:
@@ -35,6 +39,7 @@ class VirtualDevice:
     counts: np.ndarray
     online_until: float = 0.0
     busy: bool = False
+    key: str | None = None  # the enrollment key id it enrolled with (set with an adversary: sim/adversary.py)
 
 
 @dataclass
@@ -88,6 +93,7 @@ class FleetSimulator:
         backend: GradientBackend | None = None,
         draw_at_grant: bool = False,
         batches: Sequence[int] | None = None,
+        adversary: Adversary | None = None,
     ) -> None:
         """``speeds``: each device's GFLOP/s, fixed (else drawn from the speed classes);
         ``eval_every_gradients``: evaluate after that many gradients instead of every ``eval_every``
@@ -97,7 +103,9 @@ class FleetSimulator:
         its mini-batch when granted the task, so a backend can compute ahead of the clock (Ray needs
         it). Off by default: the committed experiments drew it at the push, and their random stream
         (timings included) stays the one their results came from. ``batches``: each device's own mini-batch
-        size, indexed like ``speeds`` (I-Prof sizing to a time SLO, converged), instead of ``batch``."""
+        size, indexed like ``speeds`` (I-Prof sizing to a time SLO, converged), instead of ``batch``.
+        ``adversary``: which devices are Byzantine and what they push (sim/adversary.py); None: all honest,
+        and the run is exactly the one without the parameter (the adversary never draws from ``rng``)."""
         if backend is not None and not isinstance(backend, LocalBackend) and not draw_at_grant:
             raise ValueError("a backend that computes ahead of the clock needs draw_at_grant=True")
         self.draw_at_grant = draw_at_grant
@@ -109,6 +117,8 @@ class FleetSimulator:
         self.shard_for = shard_for
         self.queue = EventQueue()
         self.batches = batches
+        self.adversary = adversary
+        self._handed: dict[str, np.ndarray] = {}  # a Byzantine device's parameters, kept for a poisoned batch
         per_model = {f"slot-{i}": int(b) for i, b in enumerate(batches or ())}
         sizer = BatchSizer(mean=batch, per_model=per_model)
         self.core = build_core(bench.bundle, strategy_factory, clock=self.queue, sizer=sizer)
@@ -127,7 +137,8 @@ class FleetSimulator:
         device, _ = self.core.enroll(model)
         shard = self.shard_for(self.rng)
         counts = np.bincount(self.bench.train.y[shard], minlength=self.bench.num_classes)
-        self.devices.append(VirtualDevice(device, gflops, shard, counts))
+        key = None if self.adversary is None else self.adversary.key_of(len(self.devices))
+        self.devices.append(VirtualDevice(device, gflops, shard, counts, key=key))
         self.result.joined += 1
         self.queue.schedule(start, ("online", len(self.devices) - 1))
 
@@ -159,6 +170,8 @@ class FleetSimulator:
         if self.draw_at_grant:
             batch = self.rng.choice(vd.shard, size=grant.batch_size, replace=True)
             self.backend.submit(grant.task_id, grant.version, params, batch, done)
+            if self.adversary is not None and self.adversary.is_byzantine(i):
+                self._handed[grant.task_id] = params
         self.queue.schedule(done, ("push", i, grant, batch if self.draw_at_grant else params))
 
     def _push(self, i: int, grant: TaskGrant, drawn: np.ndarray) -> None:
@@ -173,13 +186,21 @@ class FleetSimulator:
         loss, gradient = self.backend.collect(grant.task_id)
         self.result.seconds_gradient += time.perf_counter() - t0
         self.result.gradients += 1
+        labels = self.bench.train.y[batch]
+        byzantine = self.adversary is not None and self.adversary.is_byzantine(i)
+        if byzantine:
+            assert self.adversary is not None
+            params = self._handed.pop(grant.task_id, None) if self.draw_at_grant else drawn
+            loss, gradient, labels = self.adversary.push(self.bench, params, batch, loss, gradient)
         if not (math.isfinite(loss) and np.isfinite(gradient).all()):
             self.result.diverged = True  # a real device's push would be refused (422): the run is over
             return
-        counts = np.bincount(self.bench.train.y[batch], minlength=self.bench.num_classes)
+        counts = np.bincount(labels, minlength=self.bench.num_classes)
         body = TaskResult(counts, float(loss), 0.0, None, grant.batch_size, gradient, grant.task_id)
         outcome = self.core.submit(vd.device, grant.task_id, body)
         vd.busy = False
+        if self.adversary is not None:
+            self.adversary.observe(byzantine, gradient, outcome.weight)
         self.result.staleness.append(outcome.staleness)
         self.result.dropped += outcome.weight == 0.0
         if self.eval_every_gradients is not None:
@@ -240,5 +261,12 @@ class FleetSimulator:
         self.result.end_time, self.result.end_updates = self.queue.now, self.core.run.version
         return self.result
 
+    def devices_per_key(self) -> Counter[str | None]:
+        """How many devices enrolled with each enrollment key id (None: no adversary, keys not tracked)."""
+        return Counter(vd.key for vd in self.devices)
+
     def describe(self) -> dict[str, Any]:
-        return {"devices": len(self.devices), "strategy": repr(self.core.run.strategy)}
+        described = {"devices": len(self.devices), "strategy": repr(self.core.run.strategy)}
+        if self.adversary is not None:
+            described["adversary"] = repr(self.adversary)
+        return described

@@ -1,12 +1,34 @@
-"""The Byzantine behaviours of client/_attacks.py, alone and inside the worker (issue 17)."""
+"""The attack suite of client/_attacks/ (issues 17 and 30): each attack's defining property, alone and
+inside the live worker, the backdoor's success rate, Sybils from one key, and the CLI's choices."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from client._attacks import ATTACKS, Attack, StaleReplay, gaussian, label_flip, sign_flip
+from client import DeviceData, StaticFeatures, Worker, WorkerConfig
+from client._attacks import (
+    ALIE,
+    ATTACKS,
+    IPM,
+    Backdoor,
+    StaleReplay,
+    Sybil,
+    add_trigger,
+    alie_z,
+    attack_success_rate,
+    gaussian,
+    label_flip,
+    make_attack,
+    parse_params,
+    sign_flip,
+)
+from client._energy import EnergyModel
+from client._sybils import sybil_configs
 from fleet.cli import app
 from fleet_protocol import Manifest
 from tests.test_client import FakeServer, make_data, make_worker, numpy_reference, softmax_regression
@@ -15,6 +37,11 @@ from tests.test_client import FakeServer, make_data, make_worker, numpy_referenc
 @pytest.fixture(scope="module")
 def tiny() -> tuple[Manifest, bytes]:
     return softmax_regression()
+
+
+def honest_rows(m: int = 12, d: int = 50, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.normal(0.3, 1.0, (m, d)) * rng.uniform(0.1, 2.0, d)).astype(np.float32)
 
 
 def test_each_attack_by_hand():
@@ -26,23 +53,144 @@ def test_each_attack_by_hand():
     replay = StaleReplay(lag=2)
     sent = [replay(np.full(2, i, np.float32))[0] for i in range(4)]
     assert sent == [0, 0, 1, 2]
+    with pytest.raises(ValueError, match="unknown attack"):
+        make_attack("nonsense")
+    with pytest.raises(ValueError, match="takes"):
+        make_attack("scaled", epsilon=1)
+    assert parse_params(["k=5", "inner = alie"]) == {"k": "5", "inner": "alie"}
     with pytest.raises(ValueError):
-        Attack("nonsense", np.random.default_rng(0))  # type: ignore[arg-type]
+        parse_params(["k"])
 
 
-def test_an_honest_worker_pushes_the_true_gradient_and_a_sign_flipper_minus_ten_times_it(tiny):
+@pytest.mark.parametrize("k", [1.0, 3.5, 10.0, 100.0])
+def test_scaled_pushes_minus_k_g_and_sign_flip_is_k_10(k):
+    g = honest_rows(1)[0]
+    np.testing.assert_allclose(make_attack("scaled", k=str(k)).gradient(g, g[None]), -k * g, rtol=1e-6)
+    np.testing.assert_allclose(make_attack("sign-flip").gradient(g, g[None]), -10 * g, rtol=1e-6)
+
+
+def test_alie_z_is_the_papers_formula():
+    # s = ⌊n/2 + 1⌋ − f supporters; z = Φ⁻¹((n − s)/n)
+    assert alie_z(10, 3) == pytest.approx(NormalDist().inv_cdf(0.7))
+    assert alie_z(50, 12) == pytest.approx(NormalDist().inv_cdf(36 / 50))
+    assert alie_z(100, 10) == pytest.approx(NormalDist().inv_cdf(59 / 100))
+    assert alie_z(10, 1) == 0.0  # (n − s)/n = 0.5: the mean itself
+    for n, f in ((10, 0), (10, 7), (4, 4)):
+        with pytest.raises(ValueError):
+            alie_z(n, f)
+    assert make_attack("alie", n=10, f=3).z == pytest.approx(alie_z(10, 3))  # type: ignore[attr-defined]
+    assert make_attack("alie", z="1.5").z == 1.5  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("z", [None, 0.2, 1.0, 3.0])
+def test_alie_lies_within_z_sigma_of_the_mean_coordinate_wise(z):
+    rows = honest_rows()
+    attack = ALIE(n=20, f=4, z=z)
+    sent = attack.gradient(rows[0], rows)
+    mu, sigma = rows.astype(np.float64).mean(0), rows.astype(np.float64).std(0)
+    assert sent.dtype == np.float32 and sent.shape == rows[0].shape
+    assert (np.abs(sent - mu) <= attack.z * sigma + 1e-5).all()  # type: ignore[operator]
+    np.testing.assert_allclose(sent, mu - attack.z * sigma, rtol=1e-5, atol=1e-6)  # type: ignore[operator]
+    assert not np.allclose(sent, rows[0])  # not the attacker's own gradient
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 10.0])
+def test_ipm_has_a_negative_inner_product_with_the_honest_mean(epsilon):
+    rows = honest_rows()
+    sent = IPM(epsilon=epsilon).gradient(rows[0], rows)
+    mu = rows.astype(np.float64).mean(0)
+    assert float(sent @ mu) < 0
+    assert float(sent @ mu) == pytest.approx(-epsilon * float(mu @ mu), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("shape", "side", "patch"),
+    [((1, 28, 28), 28, 3), ((28, 28), 28, 3), ((784,), 28, 3), ((1, 8, 8), 8, 2), ((64,), 8, 2)],
+)
+def test_the_trigger_changes_only_its_corner_patch(shape, side, patch):
+    x = np.random.default_rng(0).uniform(0.0, 0.5, (4, *shape)).astype(np.float32)
+    triggered = add_trigger(x)
+    assert triggered.shape == x.shape and triggered.dtype == x.dtype
+    changed = (triggered != x).reshape(4, side, side)
+    expected = np.zeros((side, side), bool)
+    expected[-patch:, -patch:] = True
+    assert (changed == expected).all()
+    assert (triggered.reshape(4, side, side)[:, -patch:, -patch:] == 1.0).all()
+    assert (x < 0.5).all()  # the input itself is left alone
+    with pytest.raises(ValueError):
+        add_trigger(np.zeros((2, 10)))
+
+
+def test_a_backdoor_batch_triggers_its_share_relabelled_to_the_target():
+    x = np.random.default_rng(1).uniform(0.0, 0.5, (200, 1, 28, 28)).astype(np.float32)
+    y = np.random.default_rng(2).integers(0, 10, 200)
+    bx, by = Backdoor(target=7, share=1.0).batch(x, y, 10)
+    np.testing.assert_array_equal(bx, add_trigger(x))
+    assert (by == 7).all()
+    bx, by = Backdoor(target=7, share=0.0).batch(x, y, 10)
+    np.testing.assert_array_equal(bx, x)
+    np.testing.assert_array_equal(by, y)
+    attack = Backdoor(target=7, share=0.3, boost=5.0, rng=np.random.default_rng(3))
+    bx, by = attack.batch(x, y, 10)
+    triggered = (bx != x).reshape(200, -1).any(axis=1)
+    assert 0.15 < triggered.mean() < 0.45 and (by[triggered] == 7).all()
+    np.testing.assert_array_equal(by[~triggered], y[~triggered])
+    g = honest_rows(1)[0]
+    np.testing.assert_allclose(attack.gradient(g, g[None]), 5 * g)
+    with pytest.raises(ValueError):
+        Backdoor(target=12).batch(x, y, 10)
+
+
+def test_attack_success_rate_counts_the_non_target_images_sent_to_the_target():
+    labels = np.array([0, 0, 1, 2, 3, 4])
+    assert attack_success_rate(np.zeros(6, int), labels, 0) == 1.0
+    assert attack_success_rate(labels, labels, 0) == 0.0
+    assert attack_success_rate(np.array([0, 0, 0, 2, 0, 4]), labels, 0) == 0.5  # 2 of the 4 non-zeros
+    with pytest.raises(ValueError):
+        attack_success_rate(np.zeros(2, int), np.zeros(2, int), 0)
+
+
+# --- inside the live worker -------------------------------------------------------------------------
+
+
+def pushed(tiny, data, attack=None, **params) -> np.ndarray:
+    server = FakeServer(*tiny, batch_size=8)
+    make_worker(server, data=data, seed=11, attack=attack, attack_params=params).run_one()
+    return server.pushes[0]["gradient"]
+
+
+def task_batch(data: DeviceData, seed: int = 11) -> tuple[np.ndarray, np.ndarray]:
+    """The batch a worker seeded ``seed`` draws for its first task of 8 (client/_worker.py's streams)."""
+    return data.batch(8, np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[0]))
+
+
+def test_an_honest_worker_pushes_the_true_gradient_and_attackers_theirs(tiny):
     data = make_data(5)
-    x, y = data.batch(8, np.random.default_rng(np.random.SeedSequence(11).spawn(2)[0]))
-    _, ref = numpy_reference(FakeServer(*tiny).params[3], x, y, 10)
-    pushed = {}
-    for attack in (None, "sign-flip", "label-flip"):
-        server = FakeServer(*tiny, batch_size=8)
-        make_worker(server, data=data, seed=11, attack=attack).run_one()
-        pushed[attack] = server.pushes[0]["gradient"]
-    np.testing.assert_allclose(pushed[None], ref, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(pushed["sign-flip"], -10 * ref, rtol=1e-4, atol=1e-5)
-    _, flipped = numpy_reference(FakeServer(*tiny).params[3], x, 9 - y, 10)
-    np.testing.assert_allclose(pushed["label-flip"], flipped, rtol=1e-4, atol=1e-6)
+    x, y = task_batch(data)
+    params = FakeServer(*tiny).params[3]
+    _, ref = numpy_reference(params, x, y, 10)
+    np.testing.assert_allclose(pushed(tiny, data), ref, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(pushed(tiny, data, "sign-flip"), -10 * ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pushed(tiny, data, "scaled", k="3"), -3 * ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(pushed(tiny, data, "ipm", epsilon="0.5", estimates="0"), -0.5 * ref, atol=1e-5)
+    _, flipped = numpy_reference(params, x, 9 - y, 10)
+    np.testing.assert_allclose(pushed(tiny, data, "label-flip"), flipped, rtol=1e-4, atol=1e-6)
+    _, poisoned = numpy_reference(params, add_trigger(x), np.full_like(y, 3), 10)
+    backdoor = pushed(tiny, data, "backdoor", target="3", share="1", boost="2")
+    np.testing.assert_allclose(backdoor, 2 * poisoned, rtol=1e-4, atol=1e-5)
+
+
+def test_a_live_alie_worker_estimates_the_spread_from_its_own_batches(tiny):
+    """The non-omniscient variant: μ, σ of its task gradient and `estimates` more of its own batches."""
+    data = make_data(40)
+    params = FakeServer(*tiny).params[3]
+    x, y = task_batch(data)
+    attack_rng = np.random.default_rng(np.random.SeedSequence(11).spawn(3)[2])
+    rows = [numpy_reference(params, x, y, 10)[1]]
+    rows += [numpy_reference(params, *data.batch(8, attack_rng), 10)[1] for _ in range(3)]
+    mu, sigma = np.mean(rows, axis=0), np.std(rows, axis=0)
+    sent = pushed(tiny, data, "alie", n="10", f="3", estimates="3")
+    np.testing.assert_allclose(sent, mu - alie_z(10, 3) * sigma, rtol=1e-3, atol=1e-5)
 
 
 def test_gaussian_and_replay_workers_push_noise_and_old_gradients(tiny):
@@ -57,9 +205,83 @@ def test_gaussian_and_replay_workers_push_noise_and_old_gradients(tiny):
     assert all(np.array_equal(p["gradient"], first) for p in server.pushes)
 
 
-def test_the_cli_refuses_an_unknown_attack(tmp_path):
-    result = CliRunner().invoke(
-        app, ["worker", "--data", str(tmp_path / "x.npz"), "--enrollment-key", "k", "--attack", "nope"]
+def test_sybil_configs_are_distinct_installs_of_one_key(tmp_path):
+    base = WorkerConfig("http://x", "one-key", make_data(), attack="sybil", seed=4, state_dir=tmp_path)
+    configs = sybil_configs(base, 3)
+    assert len(configs) == 3 and {c.enrollment_key for c in configs} == {"one-key"}
+    assert len({c.state_dir for c in configs}) == 3 and len({c.seed for c in configs}) == 3
+    assert all(Path(c.state_dir).parent == tmp_path for c in configs)  # type: ignore[arg-type]
+    assert isinstance(make_attack("sybil", **configs[0].attack_params), Sybil)
+    with pytest.raises(ValueError):
+        sybil_configs(WorkerConfig("http://x", "k", make_data(), attack="alie"))
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_sybils_enroll_n_devices_with_one_key_against_the_real_app(tmp_path, database_url):
+    """Nothing limits one key yet (issue 30 part 4): N Sybils become N devices, and each push is −10·g."""
+    from starlette.testclient import TestClient
+
+    from server.api.app import create_app
+    from server.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path, database_url=database_url, enrollment_key="one-key", admin_token="admin",
+        eval_data=None, k=1, max_versions=5,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    data = DeviceData(rng.integers(0, 256, (40, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, 40))
+    base = WorkerConfig(
+        "http://testserver", "one-key", data, attack="sybil", seed=1, state_dir=tmp_path / "s"
     )
+    ids, reports = [], []
+    with TestClient(create_app(settings), base_url="http://testserver") as http:
+        for config in sybil_configs(base, 4):
+            worker = Worker(
+                config, client=http, features=StaticFeatures({"total_memory": 4e9, "available_memory": 1e9}),
+                energy=EnergyModel(), sleep=lambda s: None,
+            )  # fmt: skip
+            ids.append(worker.enroll())
+            reports.append(worker.run_one())
+        stored = {d.device_id for d in http.app.state.coordinator.store.devices(limit=100)}  # type: ignore[attr-defined]
+    assert len(set(ids)) == 4 and set(ids) <= stored
+    assert all(r.applied and r.weight > 0 for r in reports)
+
+
+# --- the CLI ------------------------------------------------------------------------------------------
+
+
+def invoke(tmp_path: Path, *options: str):  # type: ignore[no-untyped-def]
+    args = ["worker", "--data", str(tmp_path / "x.npz"), "--enrollment-key", "k", *options]
+    return CliRunner().invoke(app, args)
+
+
+def test_the_cli_offers_the_suite_and_refuses_what_cannot_run(tmp_path):
+    assert set(ATTACKS) == {
+        "sign-flip", "scaled", "gaussian", "label-flip", "stale-replay", "alie", "ipm", "backdoor", "sybil"
+    }  # fmt: skip
+    result = invoke(tmp_path, "--attack", "nope")
     assert result.exit_code == 2 and "must be one of" in result.output
-    assert set(ATTACKS) == {"sign-flip", "gaussian", "label-flip", "stale-replay"}
+    result = invoke(tmp_path, "--attack", "scaled", "--attack-param", "epsilon=3")
+    assert result.exit_code == 2 and "takes" in result.output
+    result = invoke(tmp_path, "--attack", "alie", "--sybils", "3")
+    assert result.exit_code == 2 and "--attack sybil" in result.output
+    result = invoke(tmp_path, "--attack-param", "k=3")
+    assert result.exit_code == 2 and "needs --attack" in result.output
+
+
+def test_the_cli_runs_n_sybils_of_one_key(tmp_path, monkeypatch):
+    import client._sybils as sybils
+
+    seen = {}
+
+    def fake_run(config, count=None, **_):  # type: ignore[no-untyped-def]
+        seen["configs"] = sybils.sybil_configs(config, count)
+        return []
+
+    monkeypatch.setattr(sybils, "run_sybils", fake_run)
+    result = invoke(tmp_path, "--attack", "sybil", "--sybils", "3", "--attack-param", "inner=ipm")
+    assert result.exit_code == 0, result.output
+    configs = seen["configs"]
+    assert len(configs) == 3 and {c.enrollment_key for c in configs} == {"k"}
+    attack = make_attack("sybil", **configs[0].attack_params)
+    assert isinstance(attack, Sybil) and isinstance(attack.inner, IPM) and attack.count == 3

@@ -1,0 +1,47 @@
+"""How an attacking live device estimates the honest spread: from its own data only.
+
+A simulated attacker may read the honest gradients that reached the server (sim/adversary.py); a real
+device sees none. ALIE and IPM on a device therefore estimate μ and σ from its own task gradient and
+``attack.estimates`` more gradients of fresh mini-batches of its own data, on the same parameters: a weaker,
+non-omniscient variant (one device's data, typically non-IID, stands in for the fleet's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from .base import Attack
+
+__all__ = ["honest_rows"]
+
+
+class _Data(Protocol):
+    def batch(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class _Gradients(Protocol):
+    def loss_and_gradient(
+        self, params: np.ndarray, x: np.ndarray, y: np.ndarray
+    ) -> tuple[float, np.ndarray]: ...
+
+
+def honest_rows(
+    attack: Attack,
+    gradient: np.ndarray,
+    *,
+    session: _Gradients,
+    params: np.ndarray,
+    data: _Data,
+    batch_size: int,
+    rng: np.random.Generator,
+    fit: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """(1 + ``attack.estimates``, d): the task's gradient, then that many on fresh batches of ``data``."""
+    rows = [gradient]
+    for _ in range(attack.estimates):
+        x, y = data.batch(batch_size, rng)
+        rows.append(session.loss_and_gradient(params, fit(x), y)[1])
+    return np.stack(rows)
