@@ -20,6 +20,7 @@ from server.core.coordinator import Coordinator
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
 from server.core.following import FollowStorage
+from server.core.ports import ReferenceGradient
 from server.core.privacy import PrivacyPolicy
 from server.core.pushes import TRUSTED, Enqueue
 from server.settings import Settings
@@ -29,6 +30,7 @@ from server.store.sql import SqlStore
 from server.strategies import Strategy, dp_refusal, make_strategy, wrap
 
 __all__ = [
+    "TrustedGradient",
     "apply_settings",
     "build_coordinator",
     "build_evaluation_loop",
@@ -38,6 +40,7 @@ __all__ = [
     "check_dp_strategy",
     "role_parts",
     "strategy_params",
+    "trusted_gradient",
     "wrap_strategy",
 ]
 
@@ -62,10 +65,54 @@ def check_dp_strategy(settings: Settings) -> None:
             raise ValueError(problem)
 
 
-def build_strategy(settings: Settings) -> Strategy:
-    """The configured strategy inside the configured wrappers (FLEET_STRATEGY, FLEET_WRAPPERS)."""
+def build_strategy(settings: Settings, reference: ReferenceGradient | None = None) -> Strategy:
+    """The configured strategy inside the configured wrappers (FLEET_STRATEGY, FLEET_WRAPPERS); ``reference``
+    is the trusted gradient a trusted-score wrapper scores against (``trusted_gradient``)."""
     strategy = make_strategy(settings.strategy.name, **strategy_params(settings))
-    return wrap_strategy(strategy, settings.wrappers)
+    return wrap(strategy, settings.wrappers, reference=reference)
+
+
+class TrustedGradient:
+    """The core's ``ReferenceGradient`` port: the loss gradient on the server's trusted samples at the
+    active model's current parameters, with the model's own ONNX training graph (the devices' graph and
+    session, client/_onnx_session.py), one session per model. ``coordinator`` is bound once built."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, coordinator: Coordinator | None = None) -> None:
+        x = np.asarray(x)
+        self.x = x.astype(np.float32) / np.float32(255.0) if x.dtype == np.uint8 else x.astype(np.float32)
+        self.y = np.asarray(y, dtype=np.int64)
+        self.coordinator = coordinator
+        self.sessions: dict[str, Any] = {}
+
+    @classmethod
+    def from_file(cls, path: str, samples: int) -> TrustedGradient:
+        """The first ``samples`` examples of an .npz with x and y (uint8 0-255 or floats in [0, 1])."""
+        with np.load(path) as data:
+            return cls(data["x"][:samples], data["y"][:samples])
+
+    def gradient(self) -> np.ndarray | None:
+        run = None if self.coordinator is None else self.coordinator.run
+        if run is None:
+            return None
+        session = self.sessions.get(run.model_id)
+        if session is None:
+            from client import GradientSession  # only a deployment that scores against trusted data pays
+
+            train_onnx = self.coordinator.catalog.graph(run.model_id, "train")  # type: ignore[union-attr]
+            session = self.sessions[run.model_id] = GradientSession(run.manifest, train_onnx)
+        x = self.x.reshape((-1, *run.manifest.input_shape))
+        return session.loss_and_gradient(run.params, x, self.y)[1]
+
+
+def trusted_gradient(settings: Settings, coordinator: Coordinator | None = None) -> TrustedGradient | None:
+    """The trusted gradient port of the first trusted-score wrapper configured (its ``data`` and
+    ``samples``), or None when none is; server/settings_rules.py refuses one without a readable ``data``."""
+    for config in settings.wrappers:
+        if config.name == "trusted-score" and getattr(config, "data", None):
+            port = TrustedGradient.from_file(config.data, config.samples)
+            port.coordinator = coordinator
+            return port
+    return None
 
 
 def build_profiler(settings: Settings) -> IProf | RoundRobinDispatcher:
@@ -118,10 +165,11 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         raise ValueError("; ".join(problems))
     check_dp_strategy(settings)
     store = store or build_store(settings)
+    reference = trusted_gradient(settings)  # bound to the coordinator below, before a strategy reads it
     coordinator = Coordinator(
         store=store,
         profiler=build_profiler(settings),
-        strategy_factory=lambda: build_strategy(settings),
+        strategy_factory=lambda: build_strategy(settings, reference),
         admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
         lease_seconds=settings.lease_seconds,
         max_gradient_norm=settings.max_gradient_norm,
@@ -130,6 +178,8 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         health=settings.health_policy(),
         **role_parts(settings.role, store),
     )
+    if reference is not None:
+        reference.coordinator = coordinator
     coordinator.start()
     if settings.role == "api":
         return coordinator
@@ -185,9 +235,10 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
     check_dp_strategy(new)
     factory = None
     if old.strategy != new.strategy or old.wrappers != new.wrappers:
+        reference = trusted_gradient(new, coordinator)
 
         def factory() -> Strategy:
-            return build_strategy(new)
+            return build_strategy(new, reference)
 
     coordinator.reconfigure(
         strategy_factory=factory, lease_seconds=new.lease_seconds, max_gradient_norm=new.max_gradient_norm

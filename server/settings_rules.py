@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from server.strategies import STRATEGIES, WRAPPERS, dp_refusal, make_strategy, wrap
+from server.strategies.direction import OWN_AGGREGATE
+from server.strategies.norm_noise import inner_clip
 
 if TYPE_CHECKING:
     from server.settings import Settings
@@ -99,6 +102,72 @@ def _role_on_postgres(settings: Settings) -> str | None:
     return None
 
 
+STEPPING = ("centered-clip", "robust-aggregation", "norm-noise")  # replace the step's direction
+
+
+def _trusted_data(settings: Settings) -> str | None:
+    for wrapper in settings.wrappers:
+        if wrapper.name != "trusted-score":
+            continue
+        data = getattr(wrapper, "data", None)
+        setting = "FLEET_WRAPPERS entry trusted-score"
+        if not data or not Path(data).is_file():
+            return (
+                f"{setting} requires its data: an .npz (x, y) of held-out training samples the server"
+                f" trusts ({'none given' if not data else f'{data} is not a file'}); its gradient on them is"
+                " what each device's gradient is scored against"
+            )
+        if settings.eval_data is not None and Path(data).resolve() == Path(settings.eval_data).resolve():
+            return (
+                f"{setting} requires data other than FLEET_EVAL_DATA: the trusted samples are training"
+                " data; scoring against the test set would fit the model to it"
+            )
+    return None
+
+
+def _steps_by_buffer(settings: Settings) -> str | None:
+    why = OWN_AGGREGATE.get(settings.strategy.name)
+    if why is None:
+        return None
+    for wrapper in settings.wrappers:
+        if wrapper.name in STEPPING:
+            return (
+                f"FLEET_WRAPPERS entry {wrapper.name} requires a strategy that steps by its buffer's"
+                f" combination, not FLEET_STRATEGY={settings.strategy.name}: {why}"
+            )
+    return None
+
+
+def _noise_bound(settings: Settings) -> str | None:
+    inside = make_strategy(settings.strategy)
+    for wrapper in settings.wrappers:
+        if wrapper.name == "norm-noise":
+            bound, noise = getattr(wrapper, "bound", None), getattr(wrapper, "noise", 0.0)
+            if bound is None and not noise:
+                return "FLEET_WRAPPERS entry norm-noise requires a bound or noise > 0: as set it does nothing"
+            if bound is None and inner_clip(inside) is None:
+                return (
+                    "FLEET_WRAPPERS entry norm-noise requires a bound: set its bound, or list clip-norm"
+                    f" before it (FLEET_STRATEGY={settings.strategy.name} does not clip); the noise is σ ×"
+                    " the bound"
+                )
+        inside = wrap(inside, [wrapper])
+    return None
+
+
+def _trims(settings: Settings) -> str | None:
+    k = make_strategy(settings.strategy).k
+    for wrapper in settings.wrappers:
+        if wrapper.name == "robust-aggregation" and getattr(wrapper, "statistic", "") == "trimmed-mean":
+            n = max(k, getattr(wrapper, "least", 1))
+            if getattr(wrapper, "trim", 0.0) * n < 1:
+                return (
+                    f"FLEET_WRAPPERS entry robust-aggregation requires trim × gradients per step ≥ 1 for"
+                    f" trimmed-mean: {wrapper.trim} × {n} trims nothing (raise trim or least)"
+                )
+    return None
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "`FLEET_STRATEGY` " + ", ".join(f"`{name}`" for name in needing_dp()),
@@ -127,6 +196,34 @@ RULES: tuple[Rule, ...] = (
         "PostgreSQL (`FLEET_DATABASE_URL`)",
         "the workers and the aggregator share the queue and the versions in it",
         _role_on_postgres,
+    ),
+    Rule(
+        "`FLEET_WRAPPERS` entry `trusted-score`",
+        "its `data`: an .npz (x, y) of held-out training samples, not `FLEET_EVAL_DATA`",
+        "each device's gradient is scored against the server's own gradient on them (the `ReferenceGradient`"
+        " port); without them nothing can be scored",
+        _trusted_data,
+    ),
+    Rule(
+        "`FLEET_WRAPPERS` entries " + ", ".join(f"`{name}`" for name in STEPPING),
+        "a strategy that steps by its buffer's combination (not "
+        + ", ".join(f"`{n}`" for n in OWN_AGGREGATE)
+        + ")",
+        "they replace the buffer's combination by their own direction",
+        _steps_by_buffer,
+    ),
+    Rule(
+        "`FLEET_WRAPPERS` entry `norm-noise`",
+        "a `bound`, or a `clip-norm` inside it (fedbuff-equal and dynsgd-clip clip already); a bound or"
+        " noise",
+        "the noise is σ × the bound; with neither it does nothing",
+        _noise_bound,
+    ),
+    Rule(
+        "`FLEET_WRAPPERS` entry `robust-aggregation`, statistic `trimmed-mean`",
+        "`trim` × max(K, `least`) ≥ 1",
+        "below it the trimmed mean trims nothing: a plain mean",
+        _trims,
     ),
 )
 

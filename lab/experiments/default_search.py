@@ -33,10 +33,18 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd-clip": ("dynsgd-clip", {}),  # issue 19's default
     "fedbuff-equal": ("fedbuff-equal", {}),  # outliers clipped (2× the median), always
     "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None}),  # the first search's choice
+    # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices
+    "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0}),
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
-CANDIDATES = (("fedbuff-equal", 0.2), ("fedbuff-equal", 0.4), ("fedbuff-equal-fixed", 0.2))
+# the third search (2026-11-27 onwards): the shipped default against a reference of 10 at three rates
+CANDIDATES = (
+    ("fedbuff-equal", 0.2),
+    ("fedbuff-equal-ref10", 0.2),
+    ("fedbuff-equal-ref10", 0.3),
+    ("fedbuff-equal-ref10", 0.4),
+)
 
 
 def build(arm: str, lr: float) -> Strategy:

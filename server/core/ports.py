@@ -35,6 +35,7 @@ __all__ = [
     "ModelRecord",
     "Profiler",
     "PromotionRecord",
+    "ReferenceGradient",
     "Store",
     "Strategy",
     "TaskTerms",
@@ -153,6 +154,18 @@ class Strategy(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReferenceGradient(Protocol):
+    """The loss gradient on a few samples the server trusts, at the parameters the model holds now: what
+    a scoring defence (server/strategies/trusted_score.py, Zeno++ and AFLGuard) measures a device's
+    gradient against. The core knows no data and no ONNX: the composition root implements it with the
+    model's own training graph, the one devices run (server/compose.py ``TrustedGradient``)."""
+
+    def gradient(self) -> np.ndarray | None:
+        """g_s at the current parameters (flat float32, the manifest's order); None while no model trains."""
+        ...
 
 
 @dataclass(frozen=True)

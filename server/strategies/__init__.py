@@ -13,10 +13,12 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field
 
+from server.core.ports import ReferenceGradient
 from server.strategies.adabuff import AdaBuff
 from server.strategies.adasgd import AdaSGD
 from server.strategies.audp import AUDP
 from server.strategies.base import Arrival, Strategy, StrategySettings, TaskTerms
+from server.strategies.centered_clip import CenteredClip
 from server.strategies.dynsgd import DynSGD
 from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.dynsgd_equal import DynSGDEqual
@@ -28,8 +30,11 @@ from server.strategies.fedbuff_equal import FedBuffEqual
 from server.strategies.guard import LossGuard
 from server.strategies.kardam import Kardam
 from server.strategies.mapa import MAPA
+from server.strategies.norm_noise import NormNoise
+from server.strategies.robust_aggregation import RobustAggregation
 from server.strategies.sasgd import SASGD
 from server.strategies.ssgd import SSGD
+from server.strategies.trusted_score import TrustedScore
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
 from server.strategies.wkafl import WKAFL
@@ -47,6 +52,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
+    + (CenteredClip, RobustAggregation, TrustedScore, NormNoise)  # the defences of issue 30
 }
 
 
@@ -73,10 +79,14 @@ def make_strategy(name: str | StrategySettings, **params: Any) -> Strategy:
     return cls(**params)
 
 
-def wrap(strategy: Strategy, wrappers: Sequence[WrapperSettings]) -> Strategy:
-    """``strategy`` inside each configured wrapper, the first one innermost (server/compose.py's order)."""
+def wrap(
+    strategy: Strategy, wrappers: Sequence[WrapperSettings], *, reference: ReferenceGradient | None = None
+) -> Strategy:
+    """``strategy`` inside each configured wrapper, the first one innermost (server/compose.py's order);
+    ``reference``, the trusted gradient port, goes to the wrappers that score against it (trusted-score)."""
     for config in wrappers:
-        strategy = WRAPPERS[config.name](strategy, **config.kwargs())
+        extra = {"reference": reference} if WRAPPERS[config.name] is TrustedScore else {}
+        strategy = WRAPPERS[config.name](strategy, **config.kwargs(), **extra)
     return strategy
 
 
@@ -129,6 +139,7 @@ __all__ = [
     "AdaSGD",
     "Arrival",
     "AUDP",
+    "CenteredClip",
     "ClipNorm",
     "ConcurrencyScale",
     "DEFAULT_STRATEGY",
@@ -146,6 +157,8 @@ __all__ = [
     "LossGuard",
     "MAPA",
     "Momentum",
+    "NormNoise",
+    "RobustAggregation",
     "SASGD",
     "SSGD",
     "STRATEGIES",
@@ -157,6 +170,7 @@ __all__ = [
     "StrategySettings",
     "StrategyWrapper",
     "TaskTerms",
+    "TrustedScore",
     "TWAFL",
     "VanDijk",
     "WarmUp",
