@@ -96,6 +96,7 @@ def test_numbers_read_with_units():
         ("Available memory", "22.4 GB"),
         ("Temperature", "41.5 °C"),
     ]
+    assert labels.features({"energy_per_cpu_time": 0.00601}) == [("Energy per CPU second", "0.00601 % battery")]
 
 
 def test_fedbuff_equal_hides_the_panels_of_other_strategies(console):  # noqa: F811
@@ -128,8 +129,9 @@ def test_audit_entries_read_as_sentences(console):  # noqa: F811
     [
         ("device_revoked", {"device_id": "d1"}, "revoked device d1: its token stopped working"),
         ("enrollment_key_created", {"key_id": "k1", "name": "lab"}, "created the enrollment key “lab” (k1)"),
-        ("rolled_back", {"old": {"model_id": "m", "version": 4}, "new": {"model_id": "m", "version": 2}},
-         "rolled back from m version 4 to m version 2"),
+        ("rolled_back", {"old": {"model_id": "m", "version": 4},
+                         "new": {"model_id": "m", "version": 5, "params_of": 2}},
+         "rolled back m version 4 to the parameters of version 2 (now m version 5)"),
         ("status:paused", {"model_id": "m", "version": 3, "old": "training"},
          "set training of m to paused (was training) at version 3"),
         ("login", {"summary": "alice logged in from 10.0.0.7"}, "alice logged in from 10.0.0.7"),

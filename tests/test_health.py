@@ -123,12 +123,12 @@ def test_no_pushes_while_devices_are_enrolled_turns_degraded_within_30_s():
         push(core, device)
     assert health(core).state == OK
     waited = degraded_by(core, clock, "no_pushes")  # every device worker crashed just now
-    assert waited == 30.0 and health(core).state == DEGRADED
+    assert waited == 20.0 and health(core).state == DEGRADED
     core.pause()  # paused: no push is expected
     assert "no_pushes" not in health(core).codes()
     core.resume()  # the silence counts from the resume
     assert health(core).state == OK
-    clock.advance(31)
+    clock.advance(21)
     assert health(core).codes() == {"no_pushes"}
     push(core, devices[0])  # one device is back
     assert health(core).state == OK

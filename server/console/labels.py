@@ -89,7 +89,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     "total_memory": ("Total memory", "bytes"),
     "temperature": ("Temperature", "°C"),
     "cpu_freq_sum": ("CPU frequency (sum)", "MHz"),
-    "energy_per_cpu_time": ("Energy per CPU second", ""),
+    "energy_per_cpu_time": ("Energy per CPU second", "% battery"),
 }
 
 

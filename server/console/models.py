@@ -95,7 +95,10 @@ async def rollback(request: Request, session: CheckedSession) -> Response:
         head = await run_in_threadpool(lambda: coordinator.rollback(actor=session.username, note=note))
     except CoordinatorError as exc:
         return back(error=str(exc))
-    await audit(request, session, "rolled_back", old=before, new={"model_id": head[0], "version": head[1]})
+    last = (await run_in_threadpool(head_history, coordinator.store)).last
+    restored = last.source_version if last is not None else None  # the version whose parameters came back
+    after = {"model_id": head[0], "version": head[1], "params_of": restored}
+    await audit(request, session, "rolled_back", old=before, new=after)
     return back(f"rolled back: {head[0]} trains from version {head[1]}")
 
 

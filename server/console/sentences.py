@@ -62,7 +62,10 @@ SENTENCES: dict[str, Callable[[Detail], str]] = {
         f"promoted version {(d.get('new') or {}).get('params_of', '?')}: {_head(d.get('new'))} is the head "
         f"(was {_head(d.get('old'))})"
     ),
-    "rolled_back": lambda d: f"rolled back from {_head(d.get('old'))} to {_head(d.get('new'))}",
+    "rolled_back": lambda d: (
+        f"rolled back {_head(d.get('old'))} to the parameters of version "
+        f"{(d.get('new') or {}).get('params_of', '?')} (now {_head(d.get('new'))})"
+    ),
     "version_noted": lambda d: (
         f"noted version {d.get('version')} of {d.get('model_id')}: “{d.get('new') or ''}”"
         + (f" (was “{d['old']}”)" if d.get("old") else "")

@@ -38,7 +38,7 @@ PER_DEVICE = 3  # a device is failing when most of its latest this-many outcomes
 class HealthPolicy:
     """The thresholds (FLEET_HEALTH_*, server/settings_health.py; the defaults are the same)."""
 
-    no_push_seconds: float = 30.0
+    no_push_seconds: float = 20.0
     window_seconds: float = 120.0
     failing_share: float = 0.5
     accuracy_window: int = 6
