@@ -39,6 +39,7 @@ EXPERIMENTS: dict[str, str] = {
     "vandijk": "lab.experiments.vandijk",
     "adp2sgd": "lab.experiments.adp2sgd",
     "kardam": "lab.experiments.kardam",
+    "robust": "lab.experiments.robust",
     "wkafl": "lab.experiments.wkafl",
     "privacy-audit": "lab.experiments.privacy_audit",
 }

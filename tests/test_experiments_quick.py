@@ -136,6 +136,29 @@ def test_default_search_quick_chooses_on_one_half_and_reports_on_the_other(tmp_p
 
 
 @pytest.mark.timeout(180)
+def test_robust_quick_chooses_on_the_tuning_seed_and_reports_the_heatmap_on_others(tmp_path):
+    run_experiment("robust", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "robust-quick")
+    s = data["summary"]
+    assert s["tune_seed"] not in s["seeds"] and s["recommended"] in s["choice"] and s["recommended"] != "none"
+    assert s["reported"][0] == "none" and s["recommended"] in s["reported"]
+    runs = data["runs"]
+    tuning = [r for r in runs if r["run"]["seed"] == s["tune_seed"]]
+    assert {r["run"]["defence"] for r in tuning} == set(s["choice"])  # every defence was tried there
+    # a gap is the clean undefended fleet's final minus the run's, on the same seed
+    seed, fleet = s["seeds"][0], next(iter(s["fleets"]))
+    final = {(r["run"]["defence"], r["run"]["attack"]): r["final"] for r in runs if r["run"]["seed"] == seed}
+    judged = s["heatmap"][fleet]["none"][0]
+    assert judged["gaps"]["sign-flip"] == pytest.approx(
+        final["none", None] - final["none", "sign-flip"], abs=1e-4
+    )
+    attacked = next(r for r in runs if r["run"]["attack"] == "sign-flip")
+    assert attacked["attackers"] == 3 and attacked["pushes"]["byzantine"] > 0  # 3 of 10 pushed
+    assert final["none", "sign-flip"] < final["none", None] - 0.2  # the attack hurts an undefended fleet
+    assert "Recommended" in (tmp_path / "robust-quick.md").read_text()
+
+
+@pytest.mark.timeout(180)
 def test_adasgd_why_quick_records_every_gradient(tmp_path):
     run_experiment("adasgd-why", quick=True, out_dir=tmp_path)
     data = outputs_exist(tmp_path, "adasgd-why-quick")

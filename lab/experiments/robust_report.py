@@ -1,0 +1,129 @@
+"""How `python -m lab run robust` reads (lab/experiments/robust.py): the choice on the tuning seed, the
+heatmap over the reported seeds, the recommended defence's curve over the attackers' share, a figure."""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+from lab.contract import Result
+from lab.render import figure
+
+
+def _median(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return median(kept) if kept else None
+
+
+def _pts(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:+.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def cell(judgements: list[dict[str, Any]], attack: str) -> dict[str, float | None]:
+    """One defence × attack over the seeds: median accuracy gap to the clean undefended fleet, median share
+    of honest pushes dropped."""
+    return {
+        "gap": _median([j["gaps"].get(attack) for j in judgements]),
+        "dropped": _median([j["honest_dropped"].get(attack) for j in judgements]),
+    }
+
+
+def markdown(result: Result, plan: Any) -> str:
+    s = result.summary
+    name = "robust-quick" if s["quick"] else "robust"
+    first = next(iter(s["fleets"]))
+    attacks = list(next(iter(s["choice"].values()))["gaps"])
+    t = s["targets"]
+    lines = [
+        "# Byzantine robustness: the attacks crossed with the defences (issue 30)",
+        "",
+        "`python -m lab run robust` (or `fleet experiment robust`): the default strategy inside each",
+        f"defence, {round(100 * s['share'])}% of the devices Byzantine (omniscient, colluding:",
+        "sim/adversary.py), in the simulator (real ONNX gradients, virtual seconds). A gap is the clean,",
+        "undefended fleet's final accuracy minus the run's (mean of the last 5 evaluations), in points;",
+        "dropped is the share of honest pushes given weight 0. Targets: gap ≤ "
+        f"{100 * t['gap']:.0f} points, honest dropped ≤ {100 * t['honest_drop']:.0f}%, backdoor success ≤ "
+        f"{100 * t['asr']:.0f}%, no-attack time to target ≤ {t['cost']}× the undefended.",
+        "",
+        f"**Recommended: {s['recommended']}** (chosen on seed {s['tune_seed']} on `{first}`, reported on "
+        f"seeds {s['seeds']}).",
+        "",
+        f"## The choice (seed {s['tune_seed']}, `{first}`)",
+        "",
+        "| defence | worst gap | cost (no attack) | backdoor success | targets missed |",
+        "|---|---|---|---|---|",
+    ]
+    for defence, j in s["choice"].items():
+        cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
+        missed = ", ".join(j["misses"]) or "none"
+        lines.append(
+            f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {_pct(j['backdoor_success'])} | {missed} |"
+        )
+    for fleet, by_defence in s["heatmap"].items():
+        info = s["fleets"][fleet]
+        lines += [
+            "",
+            f"## `{fleet}`: {info['devices']} devices, {info['model']}, median over seeds {s['seeds']}",
+            "",
+            "Gap in points (honest pushes dropped).",
+            "",
+            "| defence | " + " | ".join(attacks) + " | backdoor success | cost |",
+            "|---|" + "---|" * (len(attacks) + 2),
+        ]
+        for defence, judgements in by_defence.items():
+            cells = [cell(judgements, a) for a in attacks]
+            asr = _median([j["backdoor_success"] for j in judgements])
+            cost = _median([j["cost"] for j in judgements])
+            lines.append(
+                f"| {defence} | "
+                + " | ".join(f"{_pts(c['gap'])} ({_pct(c['dropped'])})" for c in cells)
+                + f" | {_pct(asr)} | {'—' if cost is None else f'{cost:.2f}×'} |"
+            )
+    lines += [
+        "",
+        f"## Final accuracy against the attackers' share (`{first}`, median over seeds)",
+        "",
+        "| defence | share | " + " | ".join(attacks) + " |",
+        "|---|---|" + "---|" * len(attacks),
+    ]
+    for defence, by_share in s["curve"].items():
+        for share, by_attack in by_share.items():
+            finals = [_median(by_attack[a]) for a in attacks]
+            lines.append(
+                f"| {defence} | {float(share):.0%} | "
+                + " | ".join("—" if f is None else f"{f:.3f}" for f in finals)
+                + " |"
+            )
+    lines += ["", f"![gap to the clean fleet, defences × attacks]({name}.png)"]
+    return "\n".join(lines)
+
+
+def plot(result: Result) -> Any:
+    import numpy as np
+
+    s = result.summary
+    fleets = list(s["heatmap"])
+    fig, axes = figure(len(fleets), width=6.5, height=0.6 * len(s["reported"]) + 2.0)
+    for ax, fleet in zip(axes, fleets, strict=True):
+        by_defence = s["heatmap"][fleet]
+        attacks = list(next(iter(by_defence.values()))[0]["gaps"])
+        grid = np.array(
+            [
+                [np.nan if (g := cell(j, a)["gap"]) is None else 100 * g for a in attacks]
+                for j in by_defence.values()
+            ]
+        )
+        image = ax.imshow(grid, cmap="Reds", vmin=0, vmax=max(10.0, float(np.nanmax(grid, initial=0.0))))
+        for (row, col), value in np.ndenumerate(grid):
+            if not np.isnan(value):
+                ax.text(col, row, f"{value:.1f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(attacks)), attacks, rotation=45, ha="right")
+        ax.set_yticks(range(len(by_defence)), list(by_defence))
+        ax.set_title(f"{fleet}: points below the clean fleet")
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    return fig
