@@ -173,6 +173,7 @@ def worker(
     _logging(verbose)
     if not enrollment_key:
         raise typer.BadParameter("give --enrollment-key or set FLEET_ENROLLMENT_KEY")
+    attack = None if attack is None else attack.lower()  # --attack ALIE, as the papers write it
     if attack is not None and attack not in ATTACKS:
         raise typer.BadParameter(f"--attack must be one of {', '.join(ATTACKS)}")
     if sybils is not None and attack != "sybil":
@@ -308,7 +309,7 @@ def demo(
                 dp_tasks=dp_tasks,
                 dp_batch=dp_batch,
                 attackers=attackers,
-                attack=attack,
+                attack=attack.lower(),  # --attack ALIE, as the papers write it
                 kardam=kardam,
             )
         )

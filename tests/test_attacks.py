@@ -267,6 +267,8 @@ def test_the_cli_offers_the_suite_and_refuses_what_cannot_run(tmp_path):
     assert result.exit_code == 2 and "--attack sybil" in result.output
     result = invoke(tmp_path, "--attack-param", "k=3")
     assert result.exit_code == 2 and "needs --attack" in result.output
+    result = invoke(tmp_path, "--attack", "ALIE", "--sybils", "3")  # named as the paper writes it
+    assert result.exit_code == 2 and "--attack sybil" in result.output  # known: only --sybils is refused
 
 
 def test_the_cli_runs_n_sybils_of_one_key(tmp_path, monkeypatch):

@@ -5,6 +5,14 @@ and a frequency filter; an accepted one is handed to the wrapped strategy with i
 Λ(τ); a suspected one gets weight 0 and never reaches the wrapped strategy. Everything is computed on
 the server from what it holds itself (§7.6.2): no device-reported coefficient is read.
 
+Standing (docs/results/kardam.md, `python -m lab run kardam`, 10 IID workers, f = 3, staleness D1): it
+drops 56-57% of honest gradients with no attacker (thesis: 19.6-27.9%), filters 90.9% of a 3-of-10 −10g
+attack (thesis: 100%) and still loses the model to it (final accuracy 0.108). By construction the
+Lipschitz stage drops about f/n of honest gradients (the candidate's own K̂ is in the table), the
+frequency filter then forces a round-robin on the honest devices left, and K̂ falls steeply with the
+version gap, so a −10g sent at a large gap lands inside the honest spread. It is kept as the thesis's
+filter, not as Fleet's defence: `fleet experiment robust` measures it beside the others.
+
 Decisions on §7's ambiguities:
 
 * Coefficient (§7.6.1/2), ``coefficient``: "worker" (default) or "server"; both divide by the distance
