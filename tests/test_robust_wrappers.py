@@ -278,6 +278,7 @@ def fleet_run():
     return run
 
 
+@pytest.mark.slow  # ~30 s of simulation: the slow tier
 def test_a_defended_fleet_stays_near_the_clean_one_where_the_undefended_one_fails(fleet_run):
     from server.strategies.centered_clip import CenteredClipSettings
     from server.strategies.robust_aggregation import RobustAggregationSettings
