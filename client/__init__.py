@@ -6,7 +6,15 @@ Run-time dependencies: numpy, onnxruntime, httpx, psutil (never torch). The libr
 
 from ._data import DeviceData
 from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
-from ._exceptions import PrivacyRefused, Rejected, TaskDeclined, TrainingFinished, TransportError, WorkerError
+from ._exceptions import (
+    EnrollmentRefused,
+    PrivacyRefused,
+    Rejected,
+    TaskDeclined,
+    TrainingFinished,
+    TransportError,
+    WorkerError,
+)
 from ._features import FeatureSource, PsutilFeatures, StaticFeatures
 from ._ledger import DeviceLedger, DevicePrivacy
 from ._onnx_session import GradientComputer, GradientSession
@@ -24,6 +32,7 @@ from ._transport import ApiClient, PushResult, TaskGrant
 from ._worker import RunSummary, TaskReport, Worker, WorkerConfig, WorkerEvent, run_worker
 
 __all__ = [
+    "EnrollmentRefused",
     "ApiClient",
     "BatteryMeter",
     "DPGradientSession",

@@ -1,6 +1,7 @@
 """The worker's exception tree; callers catch the level they care about.
 
 WorkerError                 any failure the worker reports (4xx with the server's detail, bad data)
+ +-- EnrollmentRefused      the coordinator will not enroll this device (quota, attestation, revoked): stop
  +-- Rejected               the server declined a task now; retry after ``retry_after`` seconds
  |    +-- TrainingFinished  the model is done training; stop asking
  +-- TransportError         network failure, timeout or a real server fault (5xx)
@@ -10,7 +11,15 @@ WorkerError                 any failure the worker reports (4xx with the server'
 
 from __future__ import annotations
 
-__all__ = ["PrivacyRefused", "Rejected", "TaskDeclined", "TrainingFinished", "TransportError", "WorkerError"]
+__all__ = [
+    "EnrollmentRefused",
+    "PrivacyRefused",
+    "Rejected",
+    "TaskDeclined",
+    "TrainingFinished",
+    "TransportError",
+    "WorkerError",
+]
 
 
 class WorkerError(Exception):
@@ -20,6 +29,20 @@ class WorkerError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.status_code = status_code
+
+
+class EnrollmentRefused(WorkerError):
+    """The coordinator refused to enroll this device for good (HTTP 403 with a ``reason``): the key has
+    enrolled its quota of devices (``enrollment_quota``), the attestation was refused
+    (``attestation_refused``) or this install was revoked (``install_revoked``). Asking again would get
+    the same answer, so the worker stops and says why."""
+
+    def __init__(self, detail: str, *, reason: str, status_code: int | None = None) -> None:
+        super().__init__(detail, status_code=status_code)
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(reason={self.reason!r})"
 
 
 class Rejected(WorkerError):

@@ -51,6 +51,7 @@ class RunSummary:
     finished: bool = False
     stop_reason: str = ""
     elapsed_s: float = 0.0
+    stop_detail: str = ""  # the coordinator's sentence when it refused the device for good (enrollment)
 
 
 class Loop:

@@ -27,7 +27,7 @@ from fleet_protocol import (
     encode_push,
 )
 
-from ._exceptions import Rejected, TrainingFinished, TransportError, WorkerError
+from ._exceptions import EnrollmentRefused, Rejected, TrainingFinished, TransportError, WorkerError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -265,6 +265,10 @@ class ApiClient:
         raise _error_from(response)
 
 
+# 403 reasons of POST /v1/devices that no retry changes (server/api/routes/devices.py)
+ENROLLMENT_REFUSALS = frozenset({"enrollment_quota", "attestation_refused", "install_revoked"})
+
+
 def _error_from(response: httpx.Response) -> WorkerError:
     """Map a non-2xx answer to the exception tree (see ``_exceptions``)."""
     status = response.status_code
@@ -280,6 +284,9 @@ def _error_from(response: httpx.Response) -> WorkerError:
     where = f"{response.request.method} {response.request.url.path}"
     if reason == "training_finished":
         return TrainingFinished(detail, reason=reason, retry_after=retry_after, status_code=status)
+    if status == 403 and reason in ENROLLMENT_REFUSALS:
+        message = f"enrollment refused ({reason}): {detail}"
+        return EnrollmentRefused(message, reason=reason, status_code=status)
     if status == 503 and isinstance(reason, str):
         return Rejected(detail, reason=reason, retry_after=retry_after, status_code=status)
     if status == 429:

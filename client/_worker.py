@@ -19,7 +19,14 @@ from ._attacks.live import honest_rows
 from ._data import DeviceData, label_counts
 from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, default_energy_meter
-from ._exceptions import Rejected, TaskDeclined, TrainingFinished, TransportError, WorkerError
+from ._exceptions import (
+    EnrollmentRefused,
+    Rejected,
+    TaskDeclined,
+    TrainingFinished,
+    TransportError,
+    WorkerError,
+)
 from ._features import FeatureSource, PsutilFeatures
 from ._ledger import DeviceLedger
 from ._loop import Loop, RunSummary, WorkerEvent
@@ -347,6 +354,12 @@ class Worker:
                 logger.info("training finished: %s", exc.detail)
                 self.emit(WorkerEvent("finished", exc.detail, status_code=exc.status_code))
                 loop.summary.finished, reason = True, "training_finished"
+                break
+            except EnrollmentRefused as exc:  # the same answer every time: stop, and say why
+                logger.error("%s; stopping", exc.detail)
+                self.emit(WorkerEvent("error", exc.detail, status_code=exc.status_code))
+                loop.summary.errors, loop.summary.stop_detail = loop.summary.errors + 1, exc.detail
+                reason = exc.reason
                 break
             except WorkerError as exc:
                 delay = loop.on_error(exc)

@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleet.cli_model import model_app
 from fleet.simulate import simulate
+
+if TYPE_CHECKING:
+    from client import RunSummary
 
 app = typer.Typer(help="Fleet: online federated learning on phones and edge devices.", no_args_is_help=True)
 data_app = typer.Typer(help="Prepare device data shards.", no_args_is_help=True)
@@ -216,10 +219,16 @@ def worker(
         from client._sybils import run_sybils
 
         for i, summary in enumerate(run_sybils(config)):
-            typer.echo(f"sybil {i} stopped: {summary.stop_reason} after {summary.tasks} tasks")
+            typer.echo(f"sybil {i} stopped: {stopped(summary)}")
         return
-    summary = run_worker(config, on_report=report)
-    typer.echo(f"stopped: {summary.stop_reason} after {summary.tasks} tasks")
+    typer.echo(f"stopped: {stopped(run_worker(config, on_report=report))}")
+
+
+def stopped(summary: RunSummary) -> str:
+    """Why a worker stopped, in a line: the reason, the tasks it ran, and the coordinator's sentence when
+    it refused the device for good (e.g. the enrollment key's quota is full)."""
+    line = f"{summary.stop_reason} after {summary.tasks} tasks"
+    return f"{line}: {summary.stop_detail}" if summary.stop_detail else line
 
 
 @app.command("app")

@@ -6,6 +6,7 @@ here without the HTTP layer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from models.manifest import builtin
 from profiler import IProf
 from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.core.admission import AdmissionController
+from server.core.attestation import AcceptAll, Attestation
 from server.core.coordinator import Coordinator
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
@@ -29,9 +31,12 @@ from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.strategies import Strategy, dp_refusal, make_strategy, wrap
 
+log = logging.getLogger("fleet.server")
+
 __all__ = [
     "TrustedGradient",
     "apply_settings",
+    "build_attestation",
     "build_coordinator",
     "build_evaluation_loop",
     "build_profiler",
@@ -176,6 +181,8 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         version_retention=settings.version_retention,
         privacy=privacy_policy(settings),
         health=settings.health_policy(),
+        attestation=build_attestation(settings),
+        enroll_quota=settings.enroll_quota_per_key,
         **role_parts(settings.role, store),
     )
     if reference is not None:
@@ -190,6 +197,14 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
     if settings.target_accuracy is not None or settings.max_versions is not None:
         coordinator.set_stop(target_accuracy=settings.target_accuracy, max_versions=settings.max_versions)
     return coordinator
+
+
+def build_attestation(settings: Settings) -> Attestation:
+    """The device attestation verifier enrollments through a key must pass. There is none yet: every
+    device is accepted, and the log says so once. Play Integrity's design: docs/attestation.md."""
+    verifier = AcceptAll()
+    log.info("device attestation: %s (every device is accepted; see docs/attestation.md)", verifier.name)
+    return verifier
 
 
 def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> EvaluationLoop | None:
@@ -244,6 +259,7 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
         strategy_factory=factory, lease_seconds=new.lease_seconds, max_gradient_norm=new.max_gradient_norm
     )
     coordinator.health_policy = new.health_policy()
+    coordinator.devices.default_quota = new.enroll_quota_per_key
     coordinator.admission.size_drop = new.size_drop
     coordinator.admission.similarity_drop = new.similarity_drop
     profiler = coordinator.profiler

@@ -1,6 +1,6 @@
 """Token buckets: a device over its request rate gets 429 and a Retry-After (the API), a login over its
-rate is refused (the console). Per key, in memory. ``Backoff`` and ``LoginThrottle``: the console login's
-growing wait after wrong passwords (issue 29).
+rate is refused (the console). Per key, in memory; ``apply_limits`` sets the API's from the settings.
+``Backoff`` and ``LoginThrottle``: the console login's growing wait after wrong passwords (issue 29).
 
 Bounded: a bucket idle long enough to have refilled is the same as no bucket, so buckets are kept in
 least-recently-used order and dropped once full again (and, past ``max_buckets``, the oldest is dropped
@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any, Protocol
 
 
 class RateLimiter:
@@ -150,3 +151,29 @@ class LoginThrottle:
     def succeeded(self, username: str, address: str) -> None:
         """The user's own back-off at this address ends (the address's stays: other users' failures)."""
         self.by_user.clear(self._user_key(username, address))
+
+
+class LimitSettings(Protocol):
+    """The settings the API's limiters follow (server/settings.py; a Protocol: no settings import here)."""
+
+    rate_limit_per_second: float
+    rate_limit_burst: int
+    enroll_rate_per_second: float
+    enroll_burst: int
+    enroll_key_rate_per_second: float
+    enroll_key_burst: int
+
+
+def apply_limits(state: Any, settings: LimitSettings) -> None:
+    """Set the API's limiters (``state``: the app's state) to ``settings``: at start-up, and when the
+    console changes them (per device, per enrolling address, per enrollment key)."""
+    state.rate_limiter.rate, state.rate_limiter.burst = (
+        settings.rate_limit_per_second,
+        settings.rate_limit_burst,
+    )
+    state.enroll_limiter.rate, state.enroll_limiter.burst = (
+        settings.enroll_rate_per_second,
+        settings.enroll_burst,
+    )
+    state.enroll_key_limiter.rate = settings.enroll_key_rate_per_second
+    state.enroll_key_limiter.burst = settings.enroll_key_burst

@@ -37,6 +37,7 @@ from pydantic_settings import (
 
 from fleet_protocol.accounting import DEFAULT_DELTA
 from profiler.defaults import TUNED_PARAMS
+from server.settings_enrollment import ENROLLMENT_FIELDS, EnrollmentSettings
 from server.settings_health import HEALTH_FIELDS, HealthSettings
 from server.settings_rules import refusals
 from server.settings_security import SECURITY_FIELDS, SecuritySettings
@@ -149,7 +150,7 @@ class FlatEnvironment(PydanticBaseSettingsSource):
         return values
 
 
-class Settings(BaseSettings, SecuritySettings, HealthSettings):  # + server/settings_security.py, _health.py
+class Settings(BaseSettings, SecuritySettings, HealthSettings, EnrollmentSettings):  # + settings_*.py
     model_config = SettingsConfigDict(
         env_prefix="FLEET_", env_file=".env", extra="ignore", env_nested_delimiter="__", allow_inf_nan=False
     )  # every number finite: an inf limit is no limit (issue 29)
@@ -348,6 +349,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "console", "console_user", "console_password", "console_session_hours", "login_rate_per_minute",
         "login_burst",
     ),
+    "Enrollment and Sybil limits": ENROLLMENT_FIELDS,
     "Security": SECURITY_FIELDS,
     "Health": HEALTH_FIELDS,
 }  # fmt: skip
@@ -363,6 +365,7 @@ LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
         "lease_seconds", "max_gradient_norm", "rate_limit_per_second", "rate_limit_burst",
         "enroll_rate_per_second", "enroll_burst",
     ),
+    "Enrollment and Sybil limits": ENROLLMENT_FIELDS,
     "Health": HEALTH_FIELDS,
 }  # fmt: skip
 

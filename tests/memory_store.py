@@ -142,7 +142,7 @@ class MemoryStore:
                 self.versions_[(e.model_id, 0)] = (e.init_params, e.at)
             case DeviceEnrolled():
                 self.devices_[e.device_id] = DeviceRecord(
-                    e.device_id, e.device_model, e.at, e.at, 0, None, None
+                    e.device_id, e.device_model, e.at, e.at, 0, None, None, e.enrollment_key_id
                 )
                 self.token_hashes[e.token_hash] = e.device_id
                 if e.install_hash is not None:
@@ -155,7 +155,10 @@ class MemoryStore:
                 if self.devices_[e.device_id].revoked_at is None:
                     self._touch(e.device_id, revoked_at=e.at)
             case EnrollmentKeyCreated():
-                self.keys[e.key_id] = (EnrollmentKey(e.key_id, e.name, e.at, e.actor, None), e.key_hash)
+                self.keys[e.key_id] = (
+                    EnrollmentKey(e.key_id, e.name, e.at, e.actor, None, e.max_devices),
+                    e.key_hash,
+                )
             case EnrollmentKeyRevoked():
                 key, digest = self.keys[e.key_id]
                 if key.revoked_at is None:
@@ -254,8 +257,17 @@ class MemoryStore:
     def device_by_install(self, install_hash: str) -> DeviceRecord | None:
         return self.devices_.get(self.installs.get(install_hash, ""))
 
-    def count_devices(self) -> int:
-        return len(self.devices_)
+    def count_devices(self, *, enrollment_key_id: str | None = None) -> int:
+        if enrollment_key_id is None:
+            return len(self.devices_)
+        return sum(d.enrollment_key_id == enrollment_key_id for d in self.devices_.values())
+
+    def devices_per_key(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for d in self.devices_.values():
+            if d.enrollment_key_id is not None:
+                counts[d.enrollment_key_id] = counts.get(d.enrollment_key_id, 0) + 1
+        return counts
 
     def enrollment_keys(self) -> list[EnrollmentKey]:
         return sorted((key for key, _ in self.keys.values()), key=lambda k: k.created_at)
@@ -322,9 +334,18 @@ class MemoryStore:
         return counts
 
     def devices(
-        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        device_model: str | None = None,
+        enrollment_key_id: str | None = None,
     ) -> list[DeviceRecord]:
-        rows = [d for d in self.devices_.values() if device_model in (None, d.device_model)]
+        rows = [
+            d
+            for d in self.devices_.values()
+            if device_model in (None, d.device_model) and enrollment_key_id in (None, d.enrollment_key_id)
+        ]
         rows.sort(key=lambda d: (-d.last_seen, d.device_id))
         return rows[offset : offset + limit]
 

@@ -3,6 +3,10 @@ inside the live worker, the backdoor's success rate, Sybils from one key, and th
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import NormalDist
 
@@ -218,7 +222,8 @@ def test_sybil_configs_are_distinct_installs_of_one_key(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 def test_sybils_enroll_n_devices_with_one_key_against_the_real_app(tmp_path, database_url):
-    """Nothing limits one key yet (issue 30 part 4): N Sybils become N devices, and each push is −10·g."""
+    """Within the key's quota (FLEET_ENROLL_QUOTA_PER_KEY, 1000 by default) N Sybils become N devices, and
+    each push is −10·g; beyond it they stop (the next test)."""
     from starlette.testclient import TestClient
 
     from server.api.app import create_app
@@ -245,6 +250,56 @@ def test_sybils_enroll_n_devices_with_one_key_against_the_real_app(tmp_path, dat
         stored = {d.device_id for d in http.app.state.coordinator.store.devices(limit=100)}  # type: ignore[attr-defined]
     assert len(set(ids)) == 4 and set(ids) <= stored
     assert all(r.applied and r.weight > 0 for r in reports)
+
+
+@contextmanager
+def serving(app: object) -> Iterator[str]:
+    """``app`` served by uvicorn on a free loopback port in a thread (the Sybils' threads need a real
+    server: Starlette's test transport does not take requests from several threads at once)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_sybils_beyond_the_key_quota_stop_with_a_clear_message(tmp_path, database_url):
+    """`fleet worker --attack sybil --sybils 5` against the real app with a quota of 2 per key: two Sybils
+    enroll and train, three are refused (403 enrollment_quota) and stop at once, saying why."""
+    from server.api.app import create_app
+    from server.settings import Settings
+
+    settings = Settings(
+        data_dir=tmp_path, database_url=database_url, enrollment_key="one-key", admin_token="admin",
+        eval_data=None, k=1, max_versions=50, enroll_quota_per_key=2, console=False,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (40, 1, 28, 28), dtype=np.uint8), rng.integers(0, 10, 40)
+    np.savez(tmp_path / "x.npz", x=x, y=y)
+    app_ = create_app(settings)
+    with serving(app_) as url:
+        options = ["--server", url, "--enrollment-key", "one-key", "--attack", "sybil", "--sybils", "5"]
+        result = CliRunner().invoke(
+            app, ["worker", "--data", str(tmp_path / "x.npz"), *options, "--max-tasks", "1"]
+        )
+        enrolled = app_.state.coordinator.store.count_devices(enrollment_key_id="bootstrap")  # type: ignore[attr-defined]
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("sybil ")]
+    assert len(lines) == 5 and enrolled == 2, result.output
+    assert sum("stopped: max_tasks after 1 tasks" in line for line in lines) == 2, result.output
+    refused = [line for line in lines if "enrollment_quota after 0 tasks" in line]
+    assert len(refused) == 3, result.output
+    assert all("has enrolled its quota of 2 devices" in line for line in refused)
 
 
 # --- the CLI ------------------------------------------------------------------------------------------

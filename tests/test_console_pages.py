@@ -96,7 +96,8 @@ def test_numbers_read_with_units():
         ("Available memory", "22.4 GB"),
         ("Temperature", "41.5 °C"),
     ]
-    assert labels.features({"energy_per_cpu_time": 0.00601}) == [("Energy per CPU second", "0.00601 % battery")]
+    energy = labels.features({"energy_per_cpu_time": 0.00601})
+    assert energy == [("Energy per CPU second", "0.00601 % battery")]
 
 
 def test_fedbuff_equal_hides_the_panels_of_other_strategies(console):  # noqa: F811

@@ -29,6 +29,7 @@ from server.console import open_console
 from server.core.errors import (
     Conflict,
     CoordinatorError,
+    EnrollmentRefused,
     Forbidden,
     Gone,
     InvalidInput,
@@ -36,7 +37,7 @@ from server.core.errors import (
     StorageUnavailable,
     TrainingFinished,
 )
-from server.ratelimit import RateLimiter
+from server.ratelimit import RateLimiter, apply_limits
 from server.settings import Settings, get_settings, with_overrides
 from server.store.admin import AdminStore
 
@@ -62,6 +63,17 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
     return JSONResponse({"detail": json_safe(jsonable_encoder(exc.errors()))}, status_code=422)
 
 
+def refusal_body(exc: CoordinatorError) -> dict[str, Any]:
+    """The error body of a core refusal: its sentence, and the reason a device acts on when it has one
+    (training finished: stop asking; an enrollment refused: stop enrolling, client/_transport.py)."""
+    body: dict[str, Any] = {"detail": str(exc)}
+    if isinstance(exc, EnrollmentRefused):
+        body.update(reason=exc.reason)
+    if isinstance(exc, TrainingFinished):
+        body.update(reason="training_finished", retry_after=300.0)
+    return body
+
+
 def _with_saved_changes(settings: Settings, admin_store: AdminStore) -> Settings:
     """The settings with what the console changed and saved (settings_overrides) applied; if those cannot
     be read or no longer validate, the configured settings, and a warning (training must start anyway)."""
@@ -83,9 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         effective = _with_saved_changes(settings, admin_store)
         coordinator = build_coordinator(effective, store=store)
         app.state.coordinator, app.state.settings, app.state.admin_store = coordinator, effective, admin_store
-        limits = app.state.rate_limiter, app.state.enroll_limiter
-        limits[0].rate, limits[0].burst = effective.rate_limit_per_second, effective.rate_limit_burst
-        limits[1].rate, limits[1].burst = effective.enroll_rate_per_second, effective.enroll_burst
+        apply_limits(app.state, effective)
         if settings.console:
             app.state.console = open_console(effective, admin_store)
         app.state.enrollment_key, app.state.admin_token = settings.secrets()
@@ -119,6 +129,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # task requests per device; enrollment per client address; pushes are not limited (they answer grants)
     app.state.rate_limiter = RateLimiter(rate=settings.rate_limit_per_second, burst=settings.rate_limit_burst)
     app.state.enroll_limiter = RateLimiter(rate=settings.enroll_rate_per_second, burst=settings.enroll_burst)
+    app.state.enroll_key_limiter = RateLimiter(
+        rate=settings.enroll_key_rate_per_second, burst=settings.enroll_key_burst
+    )
     app.state.max_body_bytes = settings.max_body_bytes
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_seconds)
     app.add_middleware(ParamsFromMemory, state=app.state)  # a task's pull, before routing (hotpull.py)
@@ -129,9 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def coordinator_error(request: Request, exc: CoordinatorError) -> JSONResponse:
         code = next((c for cls, c in STATUS.items() if isinstance(exc, cls)), 400)
         app.state.metrics.bad_pushes.labels(str(code)).inc()
-        body = {"detail": str(exc)}
-        if isinstance(exc, TrainingFinished):
-            body.update(reason="training_finished", retry_after=300.0)
+        body = refusal_body(exc)
         return JSONResponse(body, status_code=code)
 
     @app.exception_handler(StorageUnavailable)

@@ -44,14 +44,12 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _over_limit(limiter: RateLimiter, key: str) -> None:
+def _over_limit(limiter: RateLimiter, key: str, detail: str = "request rate limit exceeded") -> None:
     """429 with a Retry-After when ``key`` is over its rate (token bucket)."""
     wait = limiter.acquire(key)
     if wait > 0:
         raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            "request rate limit exceeded",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            status.HTTP_429_TOO_MANY_REQUESTS, detail, headers={"Retry-After": str(max(1, math.ceil(wait)))}
         )
 
 
@@ -82,6 +80,13 @@ async def enrollment_rate(request: Request) -> None:
     """Enrollment within its rate per client address (no device identity exists yet)."""
     address = request.client.host if request.client is not None else "unknown"
     _over_limit(request.app.state.enroll_limiter, address)
+
+
+def key_rate(request: Request, key_id: str) -> None:
+    """Enrollment within its rate per enrollment key, from all addresses together (a key's holder with
+    many addresses must not enroll a burst of Sybils). Called once the key is known to be valid, so a
+    wrong key never spends a real key's tokens."""
+    _over_limit(request.app.state.enroll_key_limiter, key_id, "enrollment rate limit of this key exceeded")
 
 
 class DeviceToken(HTTPBearer):

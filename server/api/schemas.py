@@ -44,6 +44,13 @@ class EnrollIn(Input):
         description="the install's own random secret (urlsafe): enrolling again with it returns the same "
         "device_id, so the device's privacy ledger goes on; only its SHA-256 is stored",
     )
+    attestation: str | None = Field(
+        None,
+        max_length=16_384,
+        pattern=r"^[A-Za-z0-9_.=-]+$",
+        description="a device attestation token (Play Integrity: docs/attestation.md) bound to this "
+        "enrollment; checked by the coordinator's verifier (none is configured by default: ignored)",
+    )
 
 
 class EnrollOut(BaseModel):

@@ -19,7 +19,9 @@ from server.compose import apply_settings
 from server.console.pages import render_settings
 from server.console.web import CheckedSession, audit, console_state, coordinator_of
 from server.core.errors import CoordinatorError
+from server.ratelimit import apply_limits
 from server.settings import LIVE_SETTINGS, Settings, strategy_keys, with_overrides
+from server.settings_enrollment import MAX_QUOTA
 from server.strategies import STRATEGIES, WRAPPERS
 
 router = APIRouter()
@@ -167,8 +169,7 @@ async def change_settings(request: Request, session: CheckedSession) -> Response
     coordinator = coordinator_of(request)
     await run_in_threadpool(apply_settings, coordinator, old, new)
     api = request.app.state
-    api.rate_limiter.rate, api.rate_limiter.burst = new.rate_limit_per_second, new.rate_limit_burst
-    api.enroll_limiter.rate, api.enroll_limiter.burst = new.enroll_rate_per_second, new.enroll_burst
+    apply_limits(api, new)
     console.settings = api.settings = new
     values = {name: to_jsonable_python(after) for name, (_, after) in changed.items()}
     await run_in_threadpool(
@@ -187,11 +188,32 @@ async def change_settings(request: Request, session: CheckedSession) -> Response
 async def create_key(request: Request, session: CheckedSession) -> Response:
     form = await request.form()
     name = str(form.get("name", "")).strip()[:120] or "unnamed"
+    quota = _quota(str(form.get("max_devices", "")).strip())
+    if isinstance(quota, str):
+        return await render_settings(
+            request, status.HTTP_422_UNPROCESSABLE_CONTENT, errors={"max_devices": quota}, submitted=form
+        )
     key, secret = await run_in_threadpool(
-        lambda: coordinator_of(request).devices.create_enrollment_key(name, actor=session.username)
+        lambda: coordinator_of(request).devices.create_enrollment_key(
+            name, actor=session.username, max_devices=quota
+        )
     )
-    await audit(request, session, "enrollment_key_created", key_id=key.key_id, name=name)
+    await audit(request, session, "enrollment_key_created", key_id=key.key_id, name=name, max_devices=quota)
     return await render_settings(request, new_key=(key, secret))
+
+
+def _quota(text: str) -> int | None | str:
+    """A new key's quota from the form: a whole number within the settings' range, None when left empty
+    (the default quota applies), or the error to show."""
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return f"the quota must be a whole number of devices, not {text[:40]!r}"
+    if not 1 <= value <= MAX_QUOTA:
+        return f"the quota must be between 1 and {MAX_QUOTA:,} devices"
+    return value
 
 
 @router.post("/keys/{key_id}/revoke", include_in_schema=False)

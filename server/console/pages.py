@@ -17,6 +17,8 @@ from server.console.figures import DATASETS, MEETS_SLO_PCT, Figures
 from server.console.models import page_data
 from server.console.sentences import audit_sentence, innermost, panels, strategy_summary
 from server.console.web import Session, console_state, coordinator_of, render
+from server.core.devices import DeviceRegistry
+from server.core.enrollment import BOOTSTRAP, EnrollmentKey
 from server.core.errors import CoordinatorError
 from server.core.lineage import MAX_NOTE
 from server.settings import LIVE_SETTINGS, Settings
@@ -56,6 +58,7 @@ async def devices(
     session: Session,
     page: int = Query(0, ge=0, le=100_000),
     device_model: str | None = Query(None, max_length=120),
+    key: str | None = Query(None, max_length=32, description="only the devices this enrollment key enrolled"),
     msg: str | None = None,
 ) -> Response:
     def read() -> dict[str, Any]:
@@ -64,7 +67,9 @@ async def devices(
         return {
             "model_rows": figures.device_models({}),
             "slo_ms": float(figures.coordinator.profiler.time_slo_ms),
-            "devices": store.devices(offset=page * PAGE_SIZE, limit=PAGE_SIZE, device_model=device_model),
+            "devices": store.devices(
+                offset=page * PAGE_SIZE, limit=PAGE_SIZE, device_model=device_model, enrollment_key_id=key
+            ),
         }
 
     data = await run_in_threadpool(read)
@@ -75,6 +80,7 @@ async def devices(
         page_number=page,
         page_size=PAGE_SIZE,
         device_model=device_model,
+        key=key,
         meets_slo_pct=MEETS_SLO_PCT,
         msg=msg,
     )
@@ -136,7 +142,7 @@ async def render_settings(request: Request, status_code: int = 200, **context: A
         }
         for i, config in enumerate(current.wrappers)
     ]
-    keys = await run_in_threadpool(coordinator_of(request).devices.enrollment_keys)
+    keys = await run_in_threadpool(key_rows, coordinator_of(request).devices)
     return render(
         request,
         "settings.html",
@@ -152,6 +158,20 @@ async def render_settings(request: Request, status_code: int = 200, **context: A
         keys=keys,
         **context,
     )
+
+
+def key_rows(devices: DeviceRegistry) -> list[dict[str, Any]]:
+    """The Enrollment keys panel's rows: the bootstrap key, then the stored keys, each with the devices it
+    enrolled (revoked ones included: they keep their slot) against its quota. Two queries: the keys and
+    one grouped count."""
+    counts = devices.devices_per_key()
+    bootstrap = EnrollmentKey(BOOTSTRAP, "bootstrap (FLEET_ENROLLMENT_KEY)", 0.0, "", None)
+    rows = []
+    for key in [bootstrap, *devices.enrollment_keys()]:
+        enrolled, quota = counts.get(key.key_id, 0), devices.quota(key)
+        full = quota is not None and enrolled >= quota
+        rows.append({"key": key, "enrolled": enrolled, "quota": quota, "own": key.max_devices, "full": full})
+    return rows
 
 
 def input_kind(annotation: Any) -> Any:

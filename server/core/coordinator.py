@@ -27,8 +27,10 @@ import numpy as np
 
 from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
+from server.core.attestation import Attestation
 from server.core.catalog import Catalog, ModelInfo
 from server.core.devices import DeviceRegistry
+from server.core.enrollment import KeyUse
 from server.core.errors import (
     Conflict,
     CoordinatorError,
@@ -80,13 +82,17 @@ class Coordinator(Granting, Steering):
         versions: Versions | None = None,
         recall_wait_s: float = 0.0,
         health: HealthPolicy | None = None,
+        attestation: Attestation | None = None,
+        enroll_quota: int | None = None,
     ) -> None:
         """``checks``: what a push must pass besides its lease's expiry and the run's (the aggregator:
         ``TRUSTED``). ``sink``: where an accepted push goes (None: ``ApplyNow``, over this coordinator's
         strategy, profiler and catalog; an API worker: ``Enqueue``). ``versions``: ``OwnState`` (None)
         or ``FollowStorage`` (an API worker). ``recall_wait_s``: how long a push for a task this process
         does not know looks again for its lease (another API worker may commit its grant a moment after
-        the device pushed here). ``health``: the thresholds of ``health()``."""
+        the device pushed here). ``health``: the thresholds of ``health()``. ``attestation`` and
+        ``enroll_quota``: what an enrollment through a key must pass (``DeviceRegistry``; by default no
+        attestation and no quota)."""
         self.store = store
         self.health_policy = health or HealthPolicy()
         self.profiler = profiler
@@ -102,7 +108,9 @@ class Coordinator(Granting, Steering):
         self.version_policy = version_policy
         self.privacy_policy = privacy
         self.privacy: PrivacyLedger | None = None  # loaded from storage in start() when DP is on
-        self.devices = DeviceRegistry(store=store, clock=clock)
+        self.devices = DeviceRegistry(
+            store=store, clock=clock, attestation=attestation, default_quota=enroll_quota
+        )
         self.catalog = Catalog(store=store, clock=clock)
         self.profiles = ProfilerView(profiler, store)
         self.run: TrainingRun | None = None
@@ -183,10 +191,18 @@ class Coordinator(Granting, Steering):
             self._activate(info.model_id)
             return info
 
-    def enroll(self, device_model: str, install_secret: str | None = None) -> tuple[Device, str]:
+    def enroll(
+        self,
+        device_model: str,
+        install_secret: str | None = None,
+        *,
+        key: KeyUse | None = None,
+        attestation: str | None = None,
+    ) -> tuple[Device, str]:
         """A device identity and its bearer token (shown once, stored hashed); an install enrolling again
-        with its secret keeps its id (``DeviceRegistry.enroll``)."""
-        device, token = self.devices.enroll(device_model, install_secret)
+        with its secret keeps its id; with ``key``, attested and within the key's quota
+        (``DeviceRegistry.enroll``)."""
+        device, token = self.devices.enroll(device_model, install_secret, key=key, attestation=attestation)
         with self._lock:
             if self.run is not None:
                 self.run.strategy.on_register(device.device_id)

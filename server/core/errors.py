@@ -3,6 +3,7 @@
 CoordinatorError
 ├── NotFound        (unknown task, model or version)
 ├── Forbidden       (a task of another device)
+│   └── EnrollmentRefused  (a key's quota is full, attestation refused, a revoked install)
 ├── Gone            (lease expired, version out of retention)
 │   └── TrainingFinished  (the task's model finished or was replaced)
 ├── Conflict        (a different body for an answered task)
@@ -22,6 +23,16 @@ class NotFound(CoordinatorError):
 
 class Forbidden(CoordinatorError):
     pass
+
+
+class EnrollmentRefused(Forbidden):
+    """An enrollment the coordinator will not take, with a ``reason`` the device reads to stop rather
+    than retry: enrollment_quota (the key enrolled its quota of devices), attestation_refused,
+    install_revoked. HTTP 403 with ``reason``."""
+
+    def __init__(self, detail: str, *, reason: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
 
 
 class Gone(CoordinatorError):

@@ -188,6 +188,7 @@ class DeviceEnrolled:
     token_hash: str
     at: float
     install_hash: str | None = None  # SHA-256 of the install's secret: enrolling again keeps the identity
+    enrollment_key_id: str | None = None  # the key it enrolled with: its quota counts this device
 
 
 @dataclass(frozen=True)
@@ -211,13 +212,15 @@ class DeviceRevoked:
 
 @dataclass(frozen=True)
 class EnrollmentKeyCreated:
-    """A stored enrollment key besides the bootstrap one; only its SHA-256 is kept."""
+    """A stored enrollment key besides the bootstrap one; only its SHA-256 is kept. ``max_devices``: its
+    quota (None: the coordinator's default at each enrollment)."""
 
     key_id: str
     name: str
     key_hash: str
     actor: str
     at: float
+    max_devices: int | None = None
 
 
 @dataclass(frozen=True)

@@ -254,17 +254,22 @@ class DeviceRecord:
     tasks_applied: int
     last_features: dict[str, Any] | None
     revoked_at: float | None
+    enrollment_key_id: str | None = (
+        None  # the key it enrolled with (None: before migration 0010, or in process)
+    )
 
 
 @dataclass(frozen=True)
 class EnrollmentKey:
-    """A stored enrollment key (its secret is shown once at creation and kept only as a SHA-256)."""
+    """A stored enrollment key (its secret is shown once at creation and kept only as a SHA-256).
+    ``max_devices``: its quota; None means the coordinator's default (FLEET_ENROLL_QUOTA_PER_KEY)."""
 
     key_id: str
     name: str
     created_at: float
     created_by: str
     revoked_at: float | None
+    max_devices: int | None = None
 
 
 @dataclass(frozen=True)
@@ -324,7 +329,14 @@ class Store(Protocol):
         """The device an install enrolled as (by its secret's SHA-256), revoked or not; None if new."""
         ...
 
-    def count_devices(self) -> int: ...
+    def count_devices(self, *, enrollment_key_id: str | None = None) -> int:
+        """All devices, or those one enrollment key enrolled (revoked ones included: they keep their slot)."""
+        ...
+
+    def devices_per_key(self) -> dict[str, int]:
+        """Devices per enrollment key id (revoked included; devices of no known key left out)."""
+        ...
+
     def enrollment_keys(self) -> list[EnrollmentKey]: ...
     def enrollment_key_by_hash(self, key_hash: str) -> EnrollmentKey | None: ...
     def last_promotion(self) -> PromotionRecord | None: ...
@@ -349,9 +361,14 @@ class Store(Protocol):
 
     # the console's pages: bounded queries (a page of rows, or counts), never every row
     def devices(
-        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        device_model: str | None = None,
+        enrollment_key_id: str | None = None,
     ) -> list[DeviceRecord]:
-        """A page of devices, the most recently seen first."""
+        """A page of devices, the most recently seen first (of one model, one key, if given)."""
         ...
 
     def device_model_counts(

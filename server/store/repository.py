@@ -37,6 +37,7 @@ def add_device(
     token_hash: str,
     now: float,
     install_hash: str | None,
+    enrollment_key_id: str | None = None,
 ) -> None:
     session.add(
         DeviceRow(
@@ -46,6 +47,7 @@ def add_device(
             created_at=now,
             last_seen=now,
             install_hash=install_hash,
+            enrollment_key_id=enrollment_key_id,
         )
     )
 
@@ -71,8 +73,21 @@ def get_device(*, session: Session, device_id: str) -> DeviceRow | None:
     return session.get(DeviceRow, device_id)
 
 
-def count_devices(*, session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(DeviceRow)) or 0)
+def count_devices(*, session: Session, enrollment_key_id: str | None = None) -> int:
+    query = select(func.count()).select_from(DeviceRow)
+    if enrollment_key_id is not None:
+        query = query.where(DeviceRow.enrollment_key_id == enrollment_key_id)
+    return int(session.scalar(query) or 0)
+
+
+def devices_per_key(*, session: Session) -> dict[str, int]:
+    """Devices per enrollment key (one grouped count over the indexed column)."""
+    query = (
+        select(DeviceRow.enrollment_key_id, func.count())
+        .where(DeviceRow.enrollment_key_id.is_not(None))
+        .group_by(DeviceRow.enrollment_key_id)
+    )
+    return {str(key): int(n) for key, n in session.execute(query)}
 
 
 def revoke_device(*, session: Session, device_id: str, now: float) -> None:
@@ -81,11 +96,20 @@ def revoke_device(*, session: Session, device_id: str, now: float) -> None:
     session.execute(update(DeviceRow).where(unrevoked).values(revoked_at=now))
 
 
-def list_devices(*, session: Session, offset: int, limit: int, device_model: str | None) -> list[DeviceRow]:
+def list_devices(
+    *,
+    session: Session,
+    offset: int,
+    limit: int,
+    device_model: str | None,
+    enrollment_key_id: str | None = None,
+) -> list[DeviceRow]:
     """A page of devices, the most recently seen first (id breaks ties, so pages do not overlap)."""
     query = select(DeviceRow).order_by(DeviceRow.last_seen.desc(), DeviceRow.id).offset(offset).limit(limit)
     if device_model is not None:
         query = query.where(DeviceRow.device_model == device_model)
+    if enrollment_key_id is not None:
+        query = query.where(DeviceRow.enrollment_key_id == enrollment_key_id)
     return list(session.scalars(query))
 
 
@@ -105,7 +129,14 @@ def device_model_counts(
 
 # -- enrollment keys -------------------------------------------------------------------------------
 def add_enrollment_key(
-    *, session: Session, key_id: str, name: str, key_hash: str, actor: str, now: float
+    *,
+    session: Session,
+    key_id: str,
+    name: str,
+    key_hash: str,
+    actor: str,
+    now: float,
+    max_devices: int | None = None,
 ) -> None:
     session.execute(
         insert(EnrollmentKeyRow).values(
@@ -115,6 +146,7 @@ def add_enrollment_key(
             created_at=now,
             created_by=actor[:64],
             revoked_at=None,
+            max_devices=max_devices,
         )
     )
 

@@ -176,9 +176,13 @@ class SqlStore:
             row = repo.device_by_install(session=session, install_hash=install_hash)
             return None if row is None else _device(row)
 
-    def count_devices(self) -> int:
+    def count_devices(self, *, enrollment_key_id: str | None = None) -> int:
         with self.sessions() as session:
-            return repo.count_devices(session=session)
+            return repo.count_devices(session=session, enrollment_key_id=enrollment_key_id)
+
+    def devices_per_key(self) -> dict[str, int]:
+        with self.sessions() as session:
+            return repo.devices_per_key(session=session)
 
     def enrollment_keys(self) -> list[EnrollmentKey]:
         with self.sessions() as session:
@@ -284,10 +288,21 @@ class SqlStore:
 
     # -- the console's pages ---------------------------------------------------------------------
     def devices(
-        self, *, offset: int = 0, limit: int = 100, device_model: str | None = None
+        self,
+        *,
+        offset: int = 0,
+        limit: int = 100,
+        device_model: str | None = None,
+        enrollment_key_id: str | None = None,
     ) -> list[DeviceRecord]:
         with self.sessions() as session:
-            rows = repo.list_devices(session=session, offset=offset, limit=limit, device_model=device_model)
+            rows = repo.list_devices(
+                session=session,
+                offset=offset,
+                limit=limit,
+                device_model=device_model,
+                enrollment_key_id=enrollment_key_id,
+            )
             return [_device(r) for r in rows]
 
     def device_model_counts(
@@ -314,6 +329,7 @@ def _device(row: DeviceRow) -> DeviceRecord:
         tasks_applied=row.tasks_applied,
         last_features=row.last_features,
         revoked_at=row.revoked_at,
+        enrollment_key_id=row.enrollment_key_id,
     )
 
 
@@ -324,6 +340,7 @@ def _key(row: EnrollmentKeyRow) -> EnrollmentKey:
         created_at=row.created_at,
         created_by=row.created_by,
         revoked_at=row.revoked_at,
+        max_devices=row.max_devices,
     )
 
 

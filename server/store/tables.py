@@ -25,6 +25,9 @@ class DeviceRow(Base):
     local_examples: Mapped[int | None] = mapped_column(Integer, nullable=True)  # last reported (DP sampling)
     # SHA-256 of the install's secret (issue 27): enrolling again with it keeps the device id
     install_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, unique=True, index=True)
+    # the enrollment key it enrolled with (issue 30, migration 0010): "bootstrap" or a stored key's id;
+    # NULL before 0010 and for in-process enrollments. Counted against that key's quota.
+    enrollment_key_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
 
 class ModelRow(Base):
@@ -159,6 +162,7 @@ class EnrollmentKeyRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(64))
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_devices: Mapped[int | None] = mapped_column(Integer, nullable=True)  # quota (0010); NULL: the default
 
 
 class AdminUserRow(Base):

@@ -335,6 +335,7 @@ def _write_one(session: Session, event: Event) -> None:
                 token_hash=event.token_hash,
                 now=event.at,
                 install_hash=event.install_hash,
+                enrollment_key_id=event.enrollment_key_id,
             )
         case PushDropped() | PushRefused() | Fenced():
             _write_push(session, event)
@@ -375,6 +376,7 @@ def _write_access(session: Session, event: Event) -> None:
                 key_hash=event.key_hash,
                 actor=event.actor,
                 now=event.at,
+                max_devices=event.max_devices,
             )
         case EnrollmentKeyRevoked():
             repo.revoke_enrollment_key(session=session, key_id=event.key_id, now=event.at)

@@ -1,4 +1,4 @@
-"""Enrollment: an enrollment key buys a device identity and a bearer token."""
+"""Enrollment: an enrollment key buys a device identity and a bearer token, within the key's limits."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import secrets
 from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from server.api.deps import CoordinatorDep, enrollment_rate
+from server.api.deps import CoordinatorDep, enrollment_rate, key_rate
 from server.api.errors import JSON_BODY, RATE_LIMITED, answer
 from server.api.schemas import EnrollIn, EnrollOut
 
@@ -21,17 +21,27 @@ router = APIRouter(prefix="/devices", tags=["devices"])
     dependencies=[Depends(enrollment_rate)],
     responses={
         401: answer("wrong enrollment key"),
-        403: answer("the install_secret is a revoked device's"),
+        403: answer(
+            "refused, with a reason the device stops on: enrollment_quota (the key has enrolled its quota "
+            "of devices), attestation_refused, install_revoked (the install_secret is a revoked device's)"
+        ),
         **RATE_LIMITED,
         **JSON_BODY,
     },
 )
 async def enroll(body: EnrollIn, request: Request, coordinator: CoordinatorDep) -> EnrollOut:
     """The bootstrap key (FLEET_ENROLLMENT_KEY) or a stored key the console created and did not revoke.
-    With an ``install_secret`` seen before (under any valid key), the same device id and a new token."""
-    key = body.enrollment_key
-    bootstrap = secrets.compare_digest(key.encode(), request.app.state.enrollment_key.encode())
-    if not bootstrap and not await run_in_threadpool(coordinator.devices.enrollment_key_valid, key):
+    With an ``install_secret`` seen before (under any valid key), the same device id and a new token, not
+    counted again. Limits: per address, per key (429 with Retry-After), and the key's quota (403)."""
+    secret = body.enrollment_key
+    bootstrap = secrets.compare_digest(secret.encode(), request.app.state.enrollment_key.encode())
+    key = await run_in_threadpool(coordinator.devices.resolve_key, secret, bootstrap=bootstrap)
+    if key is None:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong enrollment key")
-    device, token = await run_in_threadpool(coordinator.enroll, body.device_model, body.install_secret)
+    key_rate(request, key.key.key_id)
+    device, token = await run_in_threadpool(
+        lambda: coordinator.enroll(
+            body.device_model, body.install_secret, key=key, attestation=body.attestation
+        )
+    )
     return EnrollOut(device_id=device.device_id, token=token)
