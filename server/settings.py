@@ -37,10 +37,12 @@ from pydantic_settings import (
 
 from fleet_protocol.accounting import DEFAULT_DELTA
 from profiler.defaults import TUNED_PARAMS
-from server.settings_enrollment import ENROLLMENT_FIELDS, EnrollmentSettings
-from server.settings_health import HEALTH_FIELDS, HealthSettings
+from server.settings_enrollment import EnrollmentSettings
+from server.settings_health import HealthSettings
 from server.settings_rules import refusals
-from server.settings_security import SECURITY_FIELDS, SecuritySettings
+from server.settings_sections import LIVE_SETTINGS as LIVE_SETTINGS  # re-exported: one list
+from server.settings_sections import SECTIONS as SECTIONS
+from server.settings_security import SecuritySettings
 from server.strategies import DEFAULT_STRATEGY, STRATEGIES, WRAPPERS, settings_union
 from server.strategies.wrappers import WrapperSettings
 
@@ -322,52 +324,6 @@ class Settings(BaseSettings, SecuritySettings, HealthSettings, EnrollmentSetting
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
-
-
-# The settings by topic: docs/configuration.md's sections (a test checks every field is in one).
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "Deployment": (
-        "data_dir", "database_url", "role", "redis_url", "aggregator_batch", "aggregator_lease_seconds",
-        "enrollment_key", "admin_token",
-    ),
-    "Model, strategy and wrappers": ("initial_model", "strategy", "wrappers"),
-    "Controller and profiler": (
-        "size_drop", "similarity_drop", "time_slo_ms", "energy_slo", "min_batch", "max_batch",
-        "profiler_bootstrap", "profiler_params", "profiler_baseline",
-    ),
-    "Differential privacy": (
-        "dp", "dp_clip", "dp_noise_multiplier", "dp_epsilon_budget", "dp_delta", "dp_examples_tolerance",
-    ),
-    "Protocol limits": (
-        "lease_seconds", "max_gradient_norm", "max_body_bytes", "version_retention", "rate_limit_per_second",
-        "rate_limit_burst", "enroll_rate_per_second", "enroll_burst",
-    ),
-    "Evaluation and stop criterion": (
-        "eval_data", "eval_every_versions", "eval_interval_s", "target_accuracy", "max_versions",
-    ),
-    "Admin console": (
-        "console", "console_user", "console_password", "console_session_hours", "login_rate_per_minute",
-        "login_burst",
-    ),
-    "Enrollment and Sybil limits": ENROLLMENT_FIELDS,
-    "Security": SECURITY_FIELDS,
-    "Health": HEALTH_FIELDS,
-}  # fmt: skip
-
-# What the console may change while training runs (applied by server/compose.py's apply_settings), by page
-# section. "strategy" is the strategy's whole settings (its name and only its own fields, from the registry)
-# and "wrappers" the list around it.
-LIVE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "Learning": ("strategy", "wrappers"),
-    "SLOs and batch limits": ("time_slo_ms", "energy_slo", "min_batch", "max_batch"),
-    "Controller": ("size_drop", "similarity_drop"),
-    "Protocol limits": (
-        "lease_seconds", "max_gradient_norm", "rate_limit_per_second", "rate_limit_burst",
-        "enroll_rate_per_second", "enroll_burst",
-    ),
-    "Enrollment and Sybil limits": ENROLLMENT_FIELDS,
-    "Health": HEALTH_FIELDS,
-}  # fmt: skip
 
 
 def live_names() -> set[str]:
