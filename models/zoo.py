@@ -1,6 +1,7 @@
 """The built-in models, defined once in torch; everything else (graphs, manifests) is derived by export.
 
-Both models take the same input, a batch of 1x28x28 images, so a device needs no per-model input code.
+The image models take the same input, a batch of 1x28x28 images, so a device needs no per-model input
+code; the recommender takes the context features of the recommender stream (sim/streams/recommender.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,20 @@ class LogReg(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class Recommender(nn.Module):
+    """A softmax over the recommender stream's 100 item slots from its 118 context features (11,900
+    parameters; sim/streams/recommender.py). Linear on purpose: the stream's choice rule is log-linear in
+    these features (a slot's bias is its log-popularity, which changes by the hour), so what limits the
+    model is how fresh its biases are, which is what Online FL against Standard FL measures (issue 31)."""
+
+    def __init__(self, num_features: int = 118, num_classes: int = 100) -> None:
+        super().__init__()
+        self.fc = nn.Linear(num_features, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x)
+
+
 def mean_cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The training loss of every built-in model: cross-entropy averaged over the batch."""
     return F.cross_entropy(logits, y, reduction="mean")
@@ -76,6 +91,7 @@ BUILTINS: dict[str, ModelSpec] = {
     "mnist_cnn": ModelSpec(build=MnistCNN, input_shape=(1, 28, 28), num_classes=10),
     "mlp": ModelSpec(build=MLP, input_shape=(1, 28, 28), num_classes=10),
     "logreg": ModelSpec(build=LogReg, input_shape=(1, 28, 28), num_classes=10),
+    "recommender": ModelSpec(build=Recommender, input_shape=(118,), num_classes=100),
 }
 
 

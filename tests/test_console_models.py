@@ -69,7 +69,8 @@ def test_after_a_rollback_the_page_offers_no_rollback_that_reapplies_it(console)
     )
     assert "note of version 1" in edited.text and 'value="superseded"' in edited.text
     audit = html.unescape(client.get("/admin/audit").text)  # says what came back, not "to version 2"
-    assert f"rolled back {model_id} version 1 to the parameters of version 0 (now {model_id} version 2)" in audit
+    sentence = f"rolled back {model_id} version 1 to the parameters of version 0 (now {model_id} version 2)"
+    assert sentence in audit
     refused = client.post(
         f"/admin/models/{model_id}/versions/1/note", data={"csrf_token": token, "note": "x" * 501}
     )

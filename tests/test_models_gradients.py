@@ -18,7 +18,7 @@ from models.manifest import BUNDLE_FILES, DP_GRAPH_FILE, Bundle, builtin
 
 ort = pytest.importorskip("onnxruntime")
 
-NAMES = ("mnist_cnn", "mlp")
+NAMES = ("mnist_cnn", "mlp", "recommender")
 BATCHES = (1, 7, 100)
 TOLERANCE = 1e-5
 REPO = Path(__file__).resolve().parents[1]
