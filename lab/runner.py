@@ -42,6 +42,7 @@ EXPERIMENTS: dict[str, str] = {
     "robust": "lab.experiments.robust",
     "wkafl": "lab.experiments.wkafl",
     "privacy-audit": "lab.experiments.privacy_audit",
+    "online-vs-standard": "lab.experiments.online_vs_standard",
 }
 BENCHMARKS: dict[str, str] = {
     "performance": "lab.bench",  # gradient, throughput, memory, wire, profiler, simulator

@@ -318,3 +318,21 @@ def test_wkafl_quick_fills_tables_2_and_3_beside_the_seed(tmp_path):
     assert {r["paper_level"] for r in data["runs"]} == {100, 150, 300}
     text = (tmp_path / "wkafl-quick.md").read_text()
     assert "*0.9728*" in text and "*0.0834*" in text and "Seed claim beside ours" in text
+
+
+@pytest.mark.timeout(60)
+def test_online_vs_standard_quick_matches_budgets_and_scores_every_arm(tmp_path):
+    run_experiment("online-vs-standard", quick=True, out_dir=tmp_path)
+    data = outputs_exist(tmp_path, "online-vs-standard-quick")
+    row = data["summary"]["streams"]["recommender"]
+    assert row["metric"] == "f1@5"
+    assert set(row["mean"]) == {"online", "standard", "standard-frequent", "popular", "oracle"}
+    assert all(0.0 <= v <= 1 / 3 for v in row["mean"].values())  # F1@5 with one relevant item: ≤ 2 / 6
+    assert all(len(days) == 2 for days in row["days"].values())  # the warm-up day, then the scored one
+    # the same gradient budget: every learning arm spends what online spent (within a round's rounding)
+    budget = row["examples"]["online"][0]
+    assert budget > 0 and row["examples"]["popular"] == [0]
+    for arm in ("standard", "standard-frequent", "oracle"):
+        assert abs(row["examples"][arm][0] - budget) <= 0.1 * budget, arm
+    assert row["online"]["tasks"] > 0 and row["energy"]["mean"] > 0
+    assert "online / standard" in (tmp_path / "online-vs-standard-quick.md").read_text()
