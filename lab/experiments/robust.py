@@ -14,9 +14,10 @@ Two stages, so the recommendation never sees the reported seeds:
    first fleet; the recommended defence is the one missing the fewest of the issue's targets (within 2
    points of the clean fleet, ≤ 10% honest pushes dropped, backdoor success ≤ 10%, ≤ 1.2× the undefended
    time to the target with no attack), ties broken by its worst accuracy gap.
-2. **Report** on ``seeds``: the undefended default, Kardam and the ``report_top`` best defences of stage 1
-   against every attack on every fleet, and the recommended one against each attack at every share of
-   ``shares`` (the heatmap and the f-curves).
+2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
+   more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
+   on the others, and the recommended one against each attack at every share of ``shares`` (the heatmap
+   and the f-curve). About 250 runs, most of them the CNN: 1-1.5 hours on 2 cores.
 
 A seed is the data's shuffle and split and the simulator's timing and batches: ``Workload`` with its
 seeds replaced. The rates are the default's own (untuned); the defences' own parameters are their
@@ -178,13 +179,14 @@ class RobustPlan(Plan):
     shares: tuple[float, ...] = (0.1, 0.2, 0.3)  # the recommended defence's f-curve (1, 2, 3 of 10)
     tune_seed: int = 1000
     seeds: tuple[int, ...] = (1, 2, 3)
-    report_top: int = 2  # stage 1's best defences reported on the seeds beside none, Kardam, the chosen
+    report_top: int = 0  # more of stage 1's best reported on the seeds beside none, Kardam, the chosen
+    fleet_shares: tuple[tuple[str, float], ...] = (("fleet100", 0.1),)  # 10 of 100; others: ``share``
     workers: int | None = None
 
 
 FULL = RobustPlan()
 QUICK = RobustPlan(quick=True, fleets=("quick",), defences=("none", "centered-clip", "geometric-median"),
-                   attacks=("sign-flip", "alie"), shares=(0.3,), seeds=(1,), report_top=1)  # fmt: skip
+                   attacks=("sign-flip", "alie"), shares=(0.3,), seeds=(1,))  # fmt: skip
 
 
 def judge(
@@ -236,26 +238,31 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     ranked = sorted((d for d in plan.defences if d != "none"),
                     key=lambda d: (len(chosen_on[d]["misses"]), chosen_on[d]["worst_gap"]))  # fmt: skip
     recommended = ranked[0]
-    reported = tuple(dict.fromkeys(("none", "kardam", *ranked[: plan.report_top])))
+    reported = tuple(dict.fromkeys(("none", "kardam", recommended, *ranked[: plan.report_top])))
     reported = tuple(d for d in reported if d in plan.defences)
-    # 2. report on the seeds: the heatmap (every reported defence × attack on every fleet), the f-curve
-    jobs = cells(reported, attacks, (plan.share,), plan.fleets, plan.seeds)
-    jobs += cells(("none", recommended), tuple(plan.attacks), plan.shares, (first,), plan.seeds)
+    # 2. report on the seeds: the heatmap (the reported defences on the first fleet, the undefended and the
+    # recommended one on the others: Kardam is the thesis's, measured where the thesis measured it), the
+    # recommended defence's curve over the attackers' share
+    on = {f: reported if f == first else ("none", recommended) for f in plan.fleets}
+    share = dict(plan.fleet_shares)
+    at = {f: share.get(f, plan.share) for f in plan.fleets}
+    jobs = [job for f in plan.fleets for job in cells(on[f], attacks, (at[f],), (f,), plan.seeds)]
+    jobs += cells((recommended,), tuple(plan.attacks), plan.shares, (first,), plan.seeds)
     done = runner.run(jobs)
     heatmap = {
-        f: {d: [judged(done, d, f, seed, plan.share, plan.attacks) for seed in plan.seeds] for d in reported}
+        f: {d: [judged(done, d, f, seed, at[f], plan.attacks) for seed in plan.seeds] for d in on[f]}
         for f in plan.fleets
     }
     curve = {
-        d: {str(s): {a: [done[Run(d, a, s, first, seed)]["final"] for seed in plan.seeds]
-                     for a in plan.attacks}
-            for s in plan.shares}
-        for d in ("none", recommended)
+        recommended: {str(s): {a: [done[Run(recommended, a, s, first, seed)]["final"] for seed in plan.seeds]
+                               for a in plan.attacks}
+                      for s in plan.shares}
     }  # fmt: skip
     summary = {
         "quick": plan.quick,
         "fleets": {f: {**asdict(FLEETS[f]), "target": TARGETS[f]} for f in plan.fleets},
         "share": plan.share,
+        "fleet_shares": at,
         "shares": list(plan.shares),
         "tune_seed": plan.tune_seed,
         "seeds": list(plan.seeds),

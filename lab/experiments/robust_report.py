@@ -67,7 +67,8 @@ def markdown(result: Result, plan: Any) -> str:
         info = s["fleets"][fleet]
         lines += [
             "",
-            f"## `{fleet}`: {info['devices']} devices, {info['model']}, median over seeds {s['seeds']}",
+            f"## `{fleet}`: {info['devices']} devices, {info['model']}, "
+            f"{round(s['fleet_shares'][fleet] * info['devices'])} Byzantine, median over seeds {s['seeds']}",
             "",
             "Gap in points (honest pushes dropped).",
             "",
