@@ -16,6 +16,7 @@ from lab.render import fmt
 from lab.render import number as _num
 from lab.render import read_results as _load
 from lab.render import results_link as _link
+from lab.results_table_online import ONLINE_SECTIONS
 from lab.results_table_privacy import PRIVACY_SECTIONS
 from lab.results_table_scale import SCALE_SECTIONS
 from lab.results_table_seeds import SEED_SECTIONS
@@ -317,6 +318,7 @@ SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     ("performance", performance_rows),
     ("wire-float16", wire_rows),
     *SCALE_SECTIONS,
+    *ONLINE_SECTIONS,
     *SEED_SECTIONS,
     *PRIVACY_SECTIONS,
 )
