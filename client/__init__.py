@@ -4,7 +4,7 @@ Run-time dependencies: numpy, onnxruntime, httpx, psutil (never torch). The libr
 ``logging.getLogger("fleet.client")`` and never configures logging; the CLI does.
 """
 
-from ._data import DeviceData
+from ._data import DeviceData, FileFedData
 from ._energy import BatteryMeter, EnergyMeter, EnergyModel, EnergyReading
 from ._exceptions import (
     EnrollmentRefused,
@@ -43,6 +43,7 @@ __all__ = [
     "EnergyModel",
     "EnergyReading",
     "FeatureSource",
+    "FileFedData",
     "GradientComputer",
     "GradientSession",
     "PrivacyRefused",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DeviceData"]
+__all__ = ["DeviceData", "FileFedData"]
 
 
 class DeviceData:
@@ -68,6 +69,57 @@ class DeviceData:
             return self.x.copy(), self.y.copy()  # a copy: a caller (an attack) may change its labels
         index = np.sort(rng.choice(len(self.y), size=size, replace=False))
         return self.x[index], self.y[index]
+
+
+class FileFedData(DeviceData):
+    """Device data that follows an ``.npz`` file: reloaded whenever the file changes.
+
+    Online learning's device trains on its *recent* data, which grows and ages while the worker runs
+    (docs/online.md). Whoever collects the data (the app, or `fleet demo --scenario drift` on its
+    accelerated clock) rewrites the file, atomically (write then ``os.replace``), and the worker sees the
+    new window at its next task: ``len``, ``label_counts`` and ``batch`` look at the file first. Nothing
+    in the worker changes. A file that cannot be read (half written, empty window) keeps the previous
+    data: a task computes on the last good window rather than failing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int, int] | None = None
+        if not self.refresh():
+            raise ValueError(f"{self.path}: no readable device data")
+
+    def refresh(self) -> bool:
+        """Reload the file if it changed since the last load; True when new data was loaded."""
+        try:
+            stat = self.path.stat()
+            stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # os.replace: a new inode
+            if stamp == self._stamp:
+                return False
+            fresh = DeviceData.from_npz(self.path)
+        except (
+            OSError,
+            ValueError,
+            EOFError,
+            zipfile.BadZipFile,
+        ):  # missing, half-written or empty: keep what we have
+            return False
+        self.x, self.y, self._stamp = fresh.x, fresh.y, stamp
+        return True
+
+    def __len__(self) -> int:
+        self.refresh()
+        return super().__len__()
+
+    def __repr__(self) -> str:
+        return f"FileFedData({str(self.path)!r}, n={len(self.y)})"
+
+    def label_counts(self, num_classes: int) -> list[int]:
+        self.refresh()
+        return super().label_counts(num_classes)
+
+    def batch(self, size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        self.refresh()
+        return super().batch(size, rng)
 
 
 def label_counts(y: np.ndarray, num_classes: int) -> list[int]:

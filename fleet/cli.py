@@ -297,10 +297,24 @@ def demo(
         str, typer.Option(help="with --attackers: sign-flip, alie, ipm, backdoor... (client/_attacks/)")
     ] = "sign-flip",
     kardam: Annotated[bool, typer.Option(help="Kardam's Byzantine filters around the strategy")] = False,
+    scenario: Annotated[
+        str, typer.Option(help="mnist, or drift: a recommender stream (fleet/demo_drift.py)")
+    ] = "mnist",
+    seconds_per_hour: Annotated[float, typer.Option(min=0.1, help="drift: real s per simulated hour")] = 4.0,
 ) -> None:
-    """Train a model on non-IID MNIST with a fleet of emulated phones through the real REST API."""
+    """Train a model on non-IID MNIST (or, --scenario drift, a drifting recommender stream) with a fleet
+    of emulated phones through the real REST API."""
+    from dataclasses import replace
+
     from fleet.demo import DemoConfig, run_demo
 
+    if scenario == "drift":  # fleet/demo_drift.py: --minutes of a recommender stream, no MNIST options
+        from fleet.demo_drift import DriftConfig, run_drift
+
+        drift = DriftConfig(devices, minutes, seconds_per_hour, port, workdir, learning_rate, strategy, seed)
+        raise typer.Exit(run_drift(replace(drift, linger=linger)))
+    if scenario != "mnist":
+        raise typer.BadParameter("mnist or drift", param_hint="--scenario")
     raise typer.Exit(
         run_demo(
             DemoConfig(

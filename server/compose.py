@@ -19,6 +19,7 @@ from profiler.dispatch import RoundRobinDispatcher, with_maui_baseline
 from server.core.admission import AdmissionController
 from server.core.attestation import AcceptAll, Attestation
 from server.core.coordinator import Coordinator
+from server.core.eval_file import EvalFile
 from server.core.evaluation import Evaluator
 from server.core.evaluation_loop import EvaluationLoop
 from server.core.following import FollowStorage
@@ -211,18 +212,19 @@ def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> Evalu
     """A started loop evaluating new versions on FLEET_EVAL_DATA (None without it)."""
     if settings.eval_data is None:
         return None
-    with np.load(settings.eval_data) as data:
-        x, y = data["x"], data["y"]
+    held_out = EvalFile(settings.eval_data)  # reread when it changes: a moving set (a drift scenario)
 
     def make_evaluator(model_id: str) -> Evaluator:
         infer_onnx = coordinator.catalog.graph(model_id, "infer")
-        return Evaluator(coordinator.catalog.manifest(model_id), infer_onnx, x, y)
+        manifest = coordinator.catalog.manifest(model_id)
+        return Evaluator(manifest, infer_onnx, held_out.x, held_out.y, metric=settings.eval_metric)
 
     loop = EvaluationLoop(
         coordinator,
         make_evaluator,
         every_versions=settings.eval_every_versions,
         interval_s=settings.eval_interval_s,
+        eval_file=held_out,
     )
     coordinator.evaluate_params = loop.evaluate  # a promoted or restored head is evaluated at once
     loop.start()

@@ -257,6 +257,14 @@ class Settings(BaseSettings, SecuritySettings, HealthSettings, EnrollmentSetting
     eval_data: Path | None = Field(
         None, description="held-out data (npz with x (N, ...) and y (N,)); unset: none"
     )
+    eval_metric: str = Field(
+        "accuracy",
+        pattern=r"^(accuracy|f1@[1-9][0-9]*)$",
+        description="what the evaluation measures: accuracy (top-1) or f1@k (F1 of the top k, e.g. f1@5)",
+    )
+    eval_label: str | None = Field(
+        None, max_length=80, description="the console's name for the metric; unset: test accuracy or F1@k"
+    )
     eval_every_versions: int = Field(50, ge=1, description="evaluate every this many versions")
     eval_interval_s: float = Field(5.0, gt=0, le=86_400, description="and at most this often (seconds)")
     target_accuracy: float | None = Field(

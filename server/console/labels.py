@@ -191,3 +191,11 @@ def install(env: Any) -> None:
     env.filters["ms"] = duration_ms
     env.filters["features"] = features
     env.filters["plain"] = plain
+
+
+def metric_label(eval_metric: str, eval_label: str | None) -> str:
+    """What the accuracy figures measure, as the console names them: FLEET_EVAL_LABEL, else from the
+    metric ("test accuracy", or "F1@5" for a recommender scored on its top 5)."""
+    if eval_label:
+        return eval_label
+    return "test accuracy" if eval_metric == "accuracy" else eval_metric.upper()

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from fleet_protocol.accounting import STATEMENT
 from server.console.charts import CHARTS
 from server.console.figures import DATASETS, MEETS_SLO_PCT, Figures
+from server.console.labels import metric_label
 from server.console.models import page_data
 from server.console.sentences import audit_sentence, innermost, panels, strategy_summary
 from server.console.web import Session, console_state, coordinator_of, render
@@ -36,7 +37,14 @@ def _figures(request: Request) -> Figures:
 @router.get("", include_in_schema=False)
 async def overview(request: Request, session: Session, msg: str | None = None) -> Response:
     data = await run_in_threadpool(lambda: _figures(request).overview())
-    return render(request, "overview.html", overview=data, msg=msg)
+    metric = _metric(request)
+    return render(request, "overview.html", overview=data, msg=msg, metric=metric[:1].upper() + metric[1:])
+
+
+def _metric(request: Request) -> str:
+    """The evaluation's name (test accuracy; F1@5 on the freshest hour in the drift demo)."""
+    settings = console_state(request).settings
+    return metric_label(settings.eval_metric, settings.eval_label)
 
 
 @router.get("/learning", include_in_schema=False)
@@ -273,4 +281,7 @@ async def chart(request: Request, session: Session, name: str) -> JSONResponse:
     spec = CHARTS[name]
     query = dict(request.query_params)
     rows = await run_in_threadpool(lambda: DATASETS[spec.dataset].rows(_figures(request), query))
-    return JSONResponse({**spec.figure(rows), "points": len(rows)})
+    figure = spec.figure(rows)
+    if spec.dataset == "accuracy":  # the y axis says what is measured
+        figure["layout"]["yaxis"]["title"]["text"] = _metric(request)
+    return JSONResponse({**figure, "points": len(rows)})

@@ -1,4 +1,8 @@
-"""Server-side evaluation off the push path: a thread that scores new versions every N versions or T s."""
+"""Server-side evaluation off the push path: a thread that scores new versions every N versions or T s.
+
+With an :class:`~server.core.eval_file.EvalFile` the held-out set may move (a drift scenario rewrites
+it): when it changes, every evaluator switches to the new set and the newest version is scored again at
+once, so the recorded metric follows the data over time even between versions."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from server.core.coordinator import Coordinator
+from server.core.eval_file import EvalFile
 from server.core.evaluation import Evaluator
 
 log = logging.getLogger("fleet.server")
@@ -25,6 +30,7 @@ class EvaluationLoop(threading.Thread):
         every_versions: int,
         interval_s: float,
         poll_s: float = 0.2,
+        eval_file: EvalFile | None = None,
     ) -> None:
         super().__init__(name="fleet-evaluation", daemon=True)
         self.coordinator = coordinator
@@ -32,6 +38,7 @@ class EvaluationLoop(threading.Thread):
         self.every_versions = every_versions
         self.interval_s = interval_s
         self.poll_s = poll_s
+        self.eval_file = eval_file
         self.stopped = threading.Event()
         self._evaluators: dict[str, Evaluator] = {}
 
@@ -45,7 +52,8 @@ class EvaluationLoop(threading.Thread):
                 continue
             previous = last.get(snapshot.model_id)
             due = (
-                previous is None
+                self._moved()
+                or previous is None
                 or snapshot.version - previous >= self.every_versions
                 or (waited >= self.interval_s and snapshot.version != previous)
             )
@@ -58,6 +66,14 @@ class EvaluationLoop(threading.Thread):
                 log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)
             last[snapshot.model_id] = snapshot.version
             waited = 0.0
+
+    def _moved(self) -> bool:
+        """The held-out set changed: hand it to every evaluator (True: score the newest version again)."""
+        if self.eval_file is None or not self.eval_file.refresh():
+            return False
+        for evaluator in list(self._evaluators.values()):
+            evaluator.use(self.eval_file.x, self.eval_file.y)
+        return True
 
     def evaluate(self, model_id: str, params: np.ndarray) -> tuple[float, float]:
         """(accuracy, loss) of ``params``: also the coordinator's ``evaluate_params``, so that a promoted
