@@ -18,6 +18,7 @@ from lab.render import read_results as _load
 from lab.render import results_link as _link
 from lab.results_table_online import ONLINE_SECTIONS
 from lab.results_table_privacy import PRIVACY_SECTIONS
+from lab.results_table_robust import ROBUST_SECTIONS
 from lab.results_table_scale import SCALE_SECTIONS
 from lab.results_table_seeds import SEED_SECTIONS
 
@@ -319,6 +320,7 @@ SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     ("wire-float16", wire_rows),
     *SCALE_SECTIONS,
     *ONLINE_SECTIONS,
+    *ROBUST_SECTIONS,
     *SEED_SECTIONS,
     *PRIVACY_SECTIONS,
 )

@@ -1,0 +1,52 @@
+"""Results-table rows of Byzantine robustness (issue 30): the recommended defence against the suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from statistics import median
+from typing import Any
+
+from lab.contract import Row
+from lab.render import results_link
+
+
+def _median(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return median(kept) if kept else None
+
+
+def robust_rows(data: dict[str, Any]) -> Iterator[Row]:
+    s = data["summary"]
+    chosen, t = s["recommended"], s["targets"]
+    for fleet, by_defence in s["heatmap"].items():
+        info = s["fleets"][fleet]
+        byzantine = round(s["fleet_shares"][fleet] * info["devices"])
+        for defence in dict.fromkeys(("none", chosen, "kardam")):
+            judgements = by_defence.get(defence)
+            if not judgements:
+                continue
+            attacks = list(judgements[0]["gaps"])
+            gaps = {a: _median([j["gaps"][a] for j in judgements]) for a in attacks}
+            worst = max(gaps, key=lambda a: gaps[a] if gaps[a] is not None else -1.0)
+            dropped = _median([max((d for d in j["honest_dropped"].values() if d is not None), default=0.0)
+                               for j in judgements])  # fmt: skip
+            asr = _median([j["backdoor_success"] for j in judgements])
+            cost = _median([j["cost"] for j in judgements])
+            yield (
+                f"{defence} ({'recommended' if defence == chosen else 'reference'}), "
+                f"{info['devices']} devices ({info['model']}), {byzantine} Byzantine: worst accuracy gap to "
+                "the clean fleet (its attack) / honest pushes dropped (worst attack) / backdoor success / "
+                "no-attack time to target",
+                f"{100 * (gaps[worst] or 0):.1f} points ({worst}) / {100 * (dropped or 0):.1f}% / "
+                + ("—" if asr is None else f"{100 * asr:.1f}%")
+                + " / "
+                + ("—" if cost is None else f"{cost:.2f}x"),
+                f"≤ {100 * t['gap']:.0f} / ≤ {100 * t['honest_drop']:.0f}% / ≤ {100 * t['asr']:.0f}% / "
+                f"≤ {t['cost']}x",
+                results_link("robust.md"),
+            )
+
+
+ROBUST_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
+    ("robust", robust_rows),
+)
