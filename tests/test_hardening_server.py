@@ -45,14 +45,18 @@ def post_slowly(port: int, *, byte_every_s: float | None, give_up_s: float = 15)
         sock.sendall(head.encode())
         began, answer, next_byte, elapsed = time.monotonic(), b"", time.monotonic(), -1.0
         while time.monotonic() - began < give_up_s:
-            if byte_every_s is not None and time.monotonic() >= next_byte:
+            answered = bool(select.select([sock], [], [], 0)[0])  # never write past an answer: a reset
+            if byte_every_s is not None and time.monotonic() >= next_byte and not answered and not answer:
                 with contextlib.suppress(OSError):  # closed under us: the answer is in the buffer
                     sock.sendall(b" ")
                 next_byte += byte_every_s
             readable, _, _ = select.select([sock], [], [], 0.2)
             if not readable:
                 continue
-            chunk = sock.recv(65536)
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # the server closed with our last byte unread: closed
+                return answer, elapsed, True
             if not chunk:
                 return answer, elapsed, True
             if not answer:
