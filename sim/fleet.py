@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from server.core.errors import InvalidInput
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
 from server.strategies import Strategy
 from sim.backends import GradientBackend, LocalBackend
@@ -197,7 +198,18 @@ class FleetSimulator:
             return
         counts = np.bincount(labels, minlength=self.bench.num_classes)
         body = TaskResult(counts, float(loss), 0.0, None, grant.batch_size, gradient, grant.task_id)
-        outcome = self.core.submit(vd.device, grant.task_id, body)
+        try:
+            outcome = self.core.submit(vd.device, grant.task_id, body)
+        except InvalidInput:  # refused as a real push would be (422): a norm beyond the bound, say
+            vd.busy = False
+            if not byzantine:  # an honest gradient that large: the model blew up, the run is over
+                self.result.diverged = True
+                return
+            assert self.adversary is not None
+            self.adversary.observe(True, gradient, 0.0)  # the coordinator's own check stopped it
+            self.result.dropped += 1
+            self._request(i)
+            return
         vd.busy = False
         if self.adversary is not None:
             self.adversary.observe(byzantine, gradient, outcome.weight)

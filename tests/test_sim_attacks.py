@@ -108,3 +108,14 @@ def test_a_backdoor_fleet_learns_the_trigger_and_the_clean_one_does_not(bench, d
     clean = backdoor_success(bench, clean_params, adv.attack)  # type: ignore[arg-type]
     assert clean < 0.2 and attacked > 0.8, (clean, attacked)
     assert result.accuracy[-1] > 0.5  # the main task still learns: the backdoor hides
+
+
+def test_a_push_past_the_norm_bound_is_refused_not_fatal_and_counted_against_its_sender(bench):
+    """A real device's push beyond max_gradient_norm gets a 422: in the simulator an attacker's is dropped
+    and the run goes on; an honest one that large means the model blew up, and the run ends diverged."""
+    huge = adversary("scaled", devices=10, attackers=3, seed=3, k=1e15)  # −1e15·g: past the 1e12 bound
+    result, _ = simulate(bench, huge)
+    counts = huge.counts()
+    assert counts["byzantine"] > 80 and counts["byzantine_dropped"] == counts["byzantine"]
+    assert not result.diverged and result.dropped >= counts["byzantine"]
+    assert result.accuracy[-1] > 0.5  # the bound kept the attack out entirely
