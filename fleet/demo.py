@@ -295,12 +295,17 @@ def run_demo(cfg: DemoConfig) -> int:
         return 0 if reached is not None or dp_env else 1  # under DP: whatever accuracy the budget allows
     finally:
         stop.set()
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
         log.close()
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    """Ask the coordinator process to stop; kill it if it has not within 15 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.kill()
 
 
 def _linger(console: Console, cfg: DemoConfig, login: str) -> None:

@@ -29,7 +29,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from fleet.demo import PHONES, DemoConfig, _linger, _server_env, _wait_ready
+from fleet.demo import PHONES, DemoConfig, _linger, _server_env, _wait_ready, stop_server
 from fleet.demo_drift_feed import DriftFeed
 
 METRIC, LABEL = "f1@5", "F1@5 on the freshest hour"
@@ -194,11 +194,7 @@ def drive(cfg: DriftConfig, console: Console) -> DriftRun:
         return DriftRun(scores, stats, feed)
     finally:
         stop.set()
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
         log.close()
         client_logger.removeHandler(device_log)
         device_log.close()
