@@ -91,10 +91,15 @@ def test_the_trusted_tests_accept_an_agreeing_gradient_and_refuse_a_flipped_one(
 
 # -- composed with fedbuff-equal (K = 5) and dynsgd (K = 1) ------------------------------------------
 def test_contributions_average_to_the_strategys_own_direction():
-    for name in ("fedbuff", "dynsgd", "twafl"):
+    from server.strategies import STRATEGIES
+    from server.strategies.direction import OWN_AGGREGATE
+
+    for name in sorted(set(STRATEGIES) - set(OWN_AGGREGATE)):  # every combine has its coefficients
         strategy = make_strategy(name, k=3)
         for i, tau in enumerate((0, 2, 5)):
             strategy.receive(arrival(np.full(4, i + 1.0), f"t{i}", tau))
+        if not strategy.buffer:  # ssgd buffers only the tasks of its round (granted through admit)
+            continue
         np.testing.assert_allclose(
             contributions(strategy).mean(axis=0), strategy.combine(np.zeros(4, np.float32)), rtol=1e-5
         )

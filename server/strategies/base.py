@@ -126,6 +126,13 @@ class Strategy(StrategyPort):
         self.updates += 1
         return self.apply(params, direction)
 
+    def coefficients(self) -> np.ndarray:
+        """c_i with ``combine`` = Σ c_i G_i over the buffer (float64): what a defence that replaces the
+        combination needs (server/strategies/direction.py). A strategy overriding ``combine`` overrides
+        this too (a test checks every registered strategy)."""
+        weights = np.array([b.weight for b in self.buffer], dtype=np.float64)
+        return weights / len(weights) if self.average and len(weights) else weights
+
     def combine(self, params: np.ndarray) -> np.ndarray:
         """Σ w_i G_i over the buffer (divided by its length when ``average``)."""
         direction = np.zeros_like(params)

@@ -3,7 +3,7 @@
 A wrapper sees the buffer its strategy filled (``Strategy.buffer``), but the step's direction is the
 innermost strategy's ``combine``: a linear map of the buffered gradients (a weighted sum, a weighted mean,
 TWAFL's normalised sum). ``contributions`` rescales each buffered gradient so that their plain mean is
-exactly what ``combine`` gives (its coefficients are read by combining one-hot vectors), so a robust
+exactly what ``combine`` gives (``Strategy.coefficients``), so a robust
 statistic of them stands in for the mean: the staleness and share weights are applied first, the robust
 statistic is taken of the weighted gradients. ``step_with`` then steps the wrapped strategy along a chosen
 direction instead (the buffer becomes one gradient of weight 1, which every ``combine`` here maps to
@@ -38,25 +38,13 @@ def own_aggregate(strategy: Strategy) -> str | None:
     return OWN_AGGREGATE.get(innermost(strategy).name)
 
 
-def coefficients(strategy: Strategy) -> np.ndarray:
-    """c_i with ``combine`` = Σ c_i·G_i over the buffer: ``combine`` applied to one-hot gradients."""
-    base = innermost(strategy)
-    saved, n = base.buffer, len(base.buffer)
-    eye = np.eye(n, dtype=np.float32)
-    base.buffer = [Buffered(b.task_id, b.weight, eye[i], b.received_at) for i, b in enumerate(saved)]
-    try:
-        return np.asarray(base.combine(np.zeros(n, np.float32)), dtype=np.float64)
-    finally:
-        base.buffer = saved
-
-
 def contributions(strategy: Strategy) -> np.ndarray:
     """The buffered gradients as rows u_i = n·c_i·G_i (float64): their mean is the strategy's own
     direction, so a robust statistic of the rows replaces it at the same scale."""
     buffer = innermost(strategy).buffer
     if not buffer:
         return np.zeros((0, 0))
-    scale = len(buffer) * coefficients(strategy)
+    scale = len(buffer) * innermost(strategy).coefficients()
     return np.stack([s * b.gradient.astype(np.float64) for s, b in zip(scale, buffer, strict=True)])
 
 

@@ -27,5 +27,8 @@ class TWAFL(KAsync):
     def weigh(self, arrival: Arrival) -> float:
         return staleness_weight(arrival.staleness) * max(1, arrival.batch_size)
 
+    def coefficients(self) -> np.ndarray:
+        return self.normalised() if self.buffer else np.zeros(0)
+
     def combine(self, params: np.ndarray) -> np.ndarray:
         return self.weighted_sum(self.normalised()) if self.buffer else np.zeros_like(params)
