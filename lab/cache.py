@@ -30,6 +30,9 @@ CODE = (
     "lab/experiments/async_vs_sync.py",
     "lab/experiments/default_search.py",
     "lab/experiments/peer_fleets.py",
+    "lab/experiments/robust.py",
+    "lab/experiments/online_vs_standard.py",
+    "lab/experiments/online_arms.py",
 )
 LIBRARIES = ("numpy", "onnxruntime", "scikit-learn")
 FRESH_ENV = "FLEET_EXPERIMENT_FRESH"  # set to a start time (epoch seconds): older entries are ignored

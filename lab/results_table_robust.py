@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from statistics import median
 from typing import Any
 
 from lab.contract import Row
+from lab.experiments.robust_report import _median
 from lab.render import results_link
-
-
-def _median(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return median(kept) if kept else None
 
 
 def robust_rows(data: dict[str, Any]) -> Iterator[Row]:

@@ -24,10 +24,8 @@ most favourable choice for it); the local SGD rate and the oracle's are the defa
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,9 +38,6 @@ TARGET_RATIO = 2.3  # online F1@5 over Standard FL's, averaged over the days (th
 TARGET_GAP_SHARE = 0.5  # drift: online's gap to the oracle at most half of Standard FL's
 THESIS_ENERGY = 0.036  # % battery per device per day (thesis §3.3.1)
 CNN_FLOPS = 4.0e8  # the thesis CNN's cost per example (sim/population.py), for the energy comparison
-SOURCE = hashlib.sha256(
-    b"".join((Path(__file__).parent / f).read_bytes() for f in ("online_vs_standard.py", "online_arms.py"))
-).hexdigest()[:12]  # the cache key's part for this code (lab/cache.py's CODE covers sim/ and the core)
 
 
 @dataclass(frozen=True)
@@ -72,7 +67,7 @@ class Job:
         return f"{self.stream}_s{self.seed}_n{self.setup.devices}_d{self.setup.days}"
 
     def spec(self) -> dict[str, Any]:
-        return {"job": asdict(self), "source": SOURCE}
+        return {"job": asdict(self)}  # its code is in lab/cache.py's CODE
 
 
 def simulate(job: Job) -> dict[str, Any]:
