@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -33,6 +34,8 @@ from fleet.demo import PHONES, DemoConfig, _linger, _server_env, _wait_ready, st
 from fleet.demo_drift_feed import DriftFeed
 
 METRIC, LABEL = "f1@5", "F1@5 on the freshest hour"
+REFERENCE_HOURS = 24  # the console scores the model of a day before beside the live one: had it stopped
+REFERENCE_LABEL = "the model as it was a day before"
 HOUR_S = 3600.0
 
 
@@ -73,6 +76,8 @@ def server_env(cfg: DriftConfig, eval_path: Path, keys: tuple[str, str, str]) ->
         FLEET_EVAL_METRIC=METRIC,
         FLEET_EVAL_LABEL=LABEL,
         FLEET_EVAL_INTERVAL_S=str(min(2.0, cfg.seconds_per_hour / 2)),  # several scores per simulated hour
+        FLEET_EVAL_REFERENCE_AGE_S=str(REFERENCE_HOURS * cfg.seconds_per_hour),
+        FLEET_EVAL_REFERENCE_LABEL=REFERENCE_LABEL,
     )
     return env
 
@@ -97,27 +102,38 @@ def _start_worker(
     return thread
 
 
-def per_hour(evaluations: list[dict[str, Any]], started: float, seconds_per_hour: float) -> dict[int, float]:
-    """The newest score recorded during each simulated hour (an evaluation at wall time ``at``, the clock
-    having started at ``started``, falls in hour ``(at - started) // seconds_per_hour``)."""
+def per_hour(
+    evaluations: list[dict[str, Any]], started: float, seconds_per_hour: float, field: str = "accuracy"
+) -> dict[int, float]:
+    """The newest score (``field``: the live model's, or ``reference``, the day-old model's) recorded during
+    each simulated hour (an evaluation at wall time ``at``, the clock having started at ``started``, falls
+    in hour ``(at - started) // seconds_per_hour``)."""
     scores: dict[int, float] = {}
     for e in sorted(evaluations, key=lambda e: e["at"]):
-        if e["at"] >= started:
-            scores[int((e["at"] - started) // seconds_per_hour)] = float(e["accuracy"])
+        if e["at"] >= started and e.get(field) is not None:
+            scores[int((e["at"] - started) // seconds_per_hour)] = float(e[field])
     return scores
 
 
-def _summary(scores: dict[int, float], feed: DriftFeed, stats: dict[str, Any]) -> Table:
+def _summary(run: DriftRun) -> Table:
     table = Table(title=f"Fleet drift demo: {LABEL}, per simulated hour")
-    for column in ("hour", "local time", LABEL):
+    for column in ("hour", "local time", "the model now", REFERENCE_LABEL):
         table.add_column(column)
-    for hour, score in sorted(scores.items()):
-        clock = (feed.sim_time(hour) % (24 * HOUR_S)) / HOUR_S
+    for hour, score in sorted(run.scores.items()):
+        clock = (run.feed.sim_time(hour) % (24 * HOUR_S)) / HOUR_S
+        day = int(run.feed.sim_time(hour) // (24 * HOUR_S)) + 1
+        old = run.reference.get(hour)
         table.add_row(
-            str(hour), f"day {int(feed.sim_time(hour) // (24 * HOUR_S)) + 1}, {clock:04.1f} h", f"{score:.3f}"
+            str(hour), f"day {day}, {clock:04.1f} h", f"{score:.3f}", "" if old is None else f"{old:.3f}"
         )
+    later = [h for h in run.reference if h in run.scores]
+    gain = ""
+    if later:
+        now, before = (np.mean([series[h] for h in later]) for series in (run.scores, run.reference))
+        gain = f"; over the {len(later)} hours with both, the model now {now:.3f}, a day before {before:.3f}"
     table.caption = (
-        f"model v{stats['version']}; F1@5 of a perfect top-5 is 0.333 (one relevant item per event)"
+        f"model v{run.stats['version']}{gain}; F1@5 of a perfect top-5 is 0.333 (one relevant item per "
+        "event), of a random one 0.017"
     )
     return table
 
@@ -129,6 +145,7 @@ class DriftRun:
     scores: dict[int, float]
     stats: dict[str, Any]
     feed: DriftFeed
+    reference: dict[int, float]  # the day-old model's score on the same hour (from day 2 on)
 
 
 def run_drift(cfg: DriftConfig) -> int:
@@ -188,10 +205,12 @@ def drive(cfg: DriftConfig, console: Console) -> DriftRun:
         stats = httpx.get(f"{base}/v1/admin/stats", headers=headers, timeout=10).json()
         evaluations = httpx.get(f"{base}/v1/admin/evaluations", headers=headers, timeout=10).json()
         scores = per_hour(evaluations, started, cfg.seconds_per_hour)
-        console.print(_summary(scores, feed, stats))
+        reference = per_hour(evaluations, started, cfg.seconds_per_hour, "reference")
+        run = DriftRun(scores, stats, feed, reference)
+        console.print(_summary(run))
         console.print(f"Logs: {cfg.workdir / 'server.log'}, {cfg.workdir / 'devices.log'}")
         _linger(console, DemoConfig(linger=cfg.linger), login)
-        return DriftRun(scores, stats, feed)
+        return run
     finally:
         stop.set()
         stop_server(server)

@@ -225,6 +225,7 @@ def build_evaluation_loop(settings: Settings, coordinator: Coordinator) -> Evalu
         every_versions=settings.eval_every_versions,
         interval_s=settings.eval_interval_s,
         eval_file=held_out,
+        reference_age_s=settings.eval_reference_age_s,
     )
     coordinator.evaluate_params = loop.evaluate  # a promoted or restored head is evaluated at once
     loop.start()

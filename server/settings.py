@@ -266,6 +266,16 @@ class Settings(BaseSettings, SecuritySettings, HealthSettings, EnrollmentSetting
         None, max_length=80, description="the console's name for the metric; unset: test accuracy or F1@k"
     )
     eval_every_versions: int = Field(50, ge=1, description="evaluate every this many versions")
+    eval_reference_age_s: float | None = Field(
+        None,
+        gt=0,
+        le=30 * 86_400,
+        description="also score the model as it was this many seconds before, on the same data (on data "
+        "that moves: what a model updated that rarely would score); unset: no reference",
+    )
+    eval_reference_label: str | None = Field(
+        None, max_length=80, description="the console's name for that reference; unset: the model N s before"
+    )
     eval_interval_s: float = Field(5.0, gt=0, le=86_400, description="and at most this often (seconds)")
     target_accuracy: float | None = Field(
         None, gt=0, le=1, description="training finishes at this accuracy; unset: never"

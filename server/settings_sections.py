@@ -26,8 +26,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "rate_limit_burst", "enroll_rate_per_second", "enroll_burst",
     ),
     "Evaluation and stop criterion": (
-        "eval_data", "eval_metric", "eval_label", "eval_every_versions", "eval_interval_s", "target_accuracy",
-        "max_versions",
+        "eval_data", "eval_metric", "eval_label", "eval_every_versions", "eval_interval_s",
+        "eval_reference_age_s", "eval_reference_label", "target_accuracy", "max_versions",
     ),
     "Admin console": (
         "console", "console_user", "console_password", "console_session_hours", "login_rate_per_minute",

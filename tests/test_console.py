@@ -125,7 +125,7 @@ def test_csv_download_holds_the_chart_rows(console):
     for version, accuracy in ((3, 0.5), (7, 0.75)):
         api.record_evaluation(api.run.model_id, version, accuracy, 1.0)
     rows = list(csv.reader(io.StringIO(client.get("/admin/data/accuracy.csv").text)))
-    assert rows[0] == ["version", "accuracy", "loss", "at"]
+    assert rows[0] == ["version", "accuracy", "loss", "at", "reference"]
     assert [(r[0], r[1]) for r in rows[1:]] == [("3", "0.5"), ("7", "0.75")]
     chart = client.get("/admin/charts/accuracy-versions").json()
     assert chart["points"] == 2 and chart["data"][0]["y"] == [0.5, 0.75]

@@ -205,3 +205,4 @@ class EvaluationOut(BaseModel):
     accuracy: float
     loss: float
     at: float
+    reference: float | None = None  # the metric of the model FLEET_EVAL_REFERENCE_AGE_S older, same data

@@ -138,6 +138,22 @@ def tau(rows: list[Row]) -> Figure:
     return {"data": traces, "layout": layout}
 
 
+def with_reference(figure: Figure, rows: list[Row], x: int, name: str) -> Figure:
+    """The accuracy chart with an older model's score on the same data beside it (the reference age),
+    when any evaluation has one: the gap is what learning since then bought."""
+    kept = [row for row in rows if row[4] is not None]
+    if not kept:
+        return figure
+    figure["data"][0]["name"] = "the model now"
+    figure["data"].append(
+        {"type": "scatter", "mode": "lines", "name": name, "x": _column(kept, x), "y": _column(kept, 4),
+         "line": {"dash": "dot"}}
+    )  # fmt: skip
+    figure["layout"]["showlegend"] = True
+    figure["layout"]["legend"] = {"orientation": "h", "y": -0.25}
+    return figure
+
+
 @dataclass(frozen=True)
 class Chart:
     dataset: str

@@ -91,7 +91,8 @@ class Figures:
     def accuracy(self, _: dict[str, str]) -> list[Row]:
         if self.model_id is None:
             return []
-        return [(e.version, e.accuracy, e.loss, iso(e.at)) for e in self.store.evaluations(self.model_id)]
+        evaluations = self.store.evaluations(self.model_id)
+        return [(e.version, e.accuracy, e.loss, iso(e.at), e.reference) for e in evaluations]
 
     def updates(self, _: dict[str, str]) -> list[Row]:
         if self.model_id is None:
@@ -211,7 +212,9 @@ def privacy_rows(figures: Figures, query: dict[str, str]) -> list[Row]:
 
 
 DATASETS: dict[str, Dataset] = {
-    "accuracy": Dataset("Test accuracy", ("version", "accuracy", "loss", "at"), Figures.accuracy),
+    "accuracy": Dataset(
+        "Test accuracy", ("version", "accuracy", "loss", "at", "reference"), Figures.accuracy
+    ),
     "updates": Dataset("Gradients answered per minute", ("minute", "answered"), Figures.updates),
     "tasks": Dataset("Tasks granted and rejected", ("kind", "status_or_reason", "count"), Figures.tasks),
     "staleness": Dataset("Staleness of recent gradients", ("staleness", "gradients"), Figures.staleness),

@@ -2,12 +2,19 @@
 
 With an :class:`~server.core.eval_file.EvalFile` the held-out set may move (a drift scenario rewrites
 it): when it changes, every evaluator switches to the new set and the newest version is scored again at
-once, so the recorded metric follows the data over time even between versions."""
+once, so the recorded metric follows the data over time even between versions.
+
+With ``reference_age_s`` each evaluation also scores the model as it was that long before, on the same
+data (``ReferenceModels``): on data that moves, the gap between the two is what updating the model
+since then bought, and the reference is what a model updated that rarely would serve (a day: Standard
+FL's nightly round)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -17,6 +24,28 @@ from server.core.eval_file import EvalFile
 from server.core.evaluation import Evaluator
 
 log = logging.getLogger("fleet.server")
+
+
+class ReferenceModels:
+    """The parameters the model had ``age_s`` ago: snapshots kept at most every ``age_s / keep`` seconds,
+    so memory stays at about ``keep`` copies of the model whatever the evaluation rate."""
+
+    def __init__(self, age_s: float, keep: int = 24) -> None:
+        self.age_s, self.spacing = age_s, age_s / keep
+        self.snapshots: deque[tuple[float, str, np.ndarray]] = deque()
+
+    def add(self, now: float, model_id: str, params: np.ndarray) -> None:
+        if not self.snapshots or now - self.snapshots[-1][0] >= self.spacing:
+            self.snapshots.append((now, model_id, params.copy()))
+
+    def at(self, now: float, model_id: str) -> np.ndarray | None:
+        """The newest snapshot of ``model_id`` at least ``age_s`` old (None before there is one); older
+        snapshots are let go."""
+        while len(self.snapshots) > 1 and now - self.snapshots[1][0] >= self.age_s:
+            self.snapshots.popleft()
+        if self.snapshots and now - self.snapshots[0][0] >= self.age_s and self.snapshots[0][1] == model_id:
+            return self.snapshots[0][2]
+        return None
 
 
 class EvaluationLoop(threading.Thread):
@@ -31,6 +60,8 @@ class EvaluationLoop(threading.Thread):
         interval_s: float,
         poll_s: float = 0.2,
         eval_file: EvalFile | None = None,
+        reference_age_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(name="fleet-evaluation", daemon=True)
         self.coordinator = coordinator
@@ -39,6 +70,8 @@ class EvaluationLoop(threading.Thread):
         self.interval_s = interval_s
         self.poll_s = poll_s
         self.eval_file = eval_file
+        self.references = None if reference_age_s is None else ReferenceModels(reference_age_s)
+        self.clock = clock
         self.stopped = threading.Event()
         self._evaluators: dict[str, Evaluator] = {}
 
@@ -61,11 +94,24 @@ class EvaluationLoop(threading.Thread):
                 continue
             try:
                 accuracy, loss = self.evaluate(snapshot.model_id, snapshot.params)
-                self.coordinator.record_evaluation(snapshot.model_id, snapshot.version, accuracy, loss)
+                reference = self.reference(snapshot.model_id, snapshot.params)
+                self.coordinator.record_evaluation(
+                    snapshot.model_id, snapshot.version, accuracy, loss, reference=reference
+                )
             except Exception:  # an evaluation failure must never stop training
                 log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)
             last[snapshot.model_id] = snapshot.version
             waited = 0.0
+
+    def reference(self, model_id: str, params: np.ndarray) -> float | None:
+        """The metric of the model as it was ``reference_age_s`` ago, on the current data (None: no
+        reference asked for, or not that old yet); ``params`` are kept as a later reference."""
+        if self.references is None:
+            return None
+        now = self.clock()
+        old = self.references.at(now, model_id)
+        self.references.add(now, model_id, params)
+        return None if old is None else self.evaluate(model_id, old)[0]
 
     def _moved(self) -> bool:
         """The held-out set changed: hand it to every evaluator (True: score the newest version again)."""

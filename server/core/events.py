@@ -151,6 +151,7 @@ class EvaluationRecorded:
     accuracy: float
     loss: float
     at: float
+    reference: float | None = None  # the metric of the model as it was FLEET_EVAL_REFERENCE_AGE_S before
 
 
 @dataclass(frozen=True)

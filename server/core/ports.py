@@ -241,6 +241,7 @@ class EvaluationRecord:
     accuracy: float
     loss: float
     at: float
+    reference: float | None = None  # the same metric of an older model on the same data (evaluation_loop.py)
 
 
 @dataclass(frozen=True)

@@ -214,11 +214,18 @@ class Steering:
 
     # -- evaluations, the accuracy stop rule and the figures ------------------------------------
     def record_evaluation(
-        self, model_id: str, version: int, accuracy: float, loss: float, *, stop_rule: bool = True
+        self,
+        model_id: str,
+        version: int,
+        accuracy: float,
+        loss: float,
+        *,
+        stop_rule: bool = True,
+        reference: float | None = None,
     ) -> None:
         """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule."""
         with self._lock:
-            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock())
+            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock(), reference)
             tickets = [self.journal.record(evaluation)]
             run = self.run
             if run is not None and run.model_id == model_id:

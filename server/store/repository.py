@@ -319,9 +319,17 @@ def measurement_counts(*, session: Session) -> dict[str, tuple[int, float]]:
 
 
 def add_evaluation(
-    *, session: Session, model_id: str, version: int, accuracy: float, loss: float, now: float
+    *,
+    session: Session,
+    model_id: str,
+    version: int,
+    accuracy: float,
+    loss: float,
+    now: float,
+    reference: float | None = None,
 ) -> None:
-    session.add(EvaluationRow(model_id=model_id, version=version, accuracy=accuracy, loss=loss, at=now))
+    fields = {"accuracy": accuracy, "loss": loss, "reference": reference}
+    session.add(EvaluationRow(model_id=model_id, version=version, at=now, **fields))
 
 
 def latest_evaluation(*, session: Session, model_id: str) -> EvaluationRow | None:

@@ -258,12 +258,12 @@ class SqlStore:
     def evaluations(self, model_id: str) -> list[EvaluationRecord]:
         with self.sessions() as session:
             rows = repo.evaluations(session=session, model_id=model_id)
-        return [EvaluationRecord(r.version, r.accuracy, r.loss, r.at) for r in rows]
+        return [EvaluationRecord(r.version, r.accuracy, r.loss, r.at, r.reference) for r in rows]
 
     def latest_evaluation(self, model_id: str) -> EvaluationRecord | None:
         with self.sessions() as session:
             r = repo.latest_evaluation(session=session, model_id=model_id)
-        return None if r is None else EvaluationRecord(r.version, r.accuracy, r.loss, r.at)
+        return None if r is None else EvaluationRecord(r.version, r.accuracy, r.loss, r.at, r.reference)
 
     def measurements(self, device_model: str, limit: int) -> list[MeasurementRecord]:
         with self.sessions() as session:

@@ -121,6 +121,7 @@ class EvaluationRow(Base):
     accuracy: Mapped[float] = mapped_column(Float)
     loss: Mapped[float] = mapped_column(Float)
     at: Mapped[float] = mapped_column(Float)
+    reference: Mapped[float | None] = mapped_column(Float, nullable=True)  # 0011: an older model's score
 
 
 class CounterRow(Base):

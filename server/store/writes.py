@@ -311,6 +311,7 @@ def _write_one(session: Session, event: Event) -> None:
                 accuracy=event.accuracy,
                 loss=event.loss,
                 now=event.at,
+                reference=event.reference,
             )
         case VersionNoted():
             lineage.write_note(session, event)
