@@ -321,3 +321,48 @@ def test_the_console_adds_a_defence_and_renders_its_fields(tmp_path):
         assert answer.status_code == 422 and "Nothing was changed" in answer.text
     finally:
         client.__exit__(None, None, None)
+
+
+class _Recorder(type(make_strategy("fedbuff"))):  # FedBuff that keeps what reached it
+    def __init__(self) -> None:
+        super().__init__(learning_rate=0.1, k=100)
+        self.seen: list[Arrival] = []
+
+    def receive(self, arrival: Arrival) -> float:
+        self.seen.append(arrival)
+        return super().receive(arrival)
+
+
+def test_fltrust_weighs_by_agreement_at_the_reference_norm_and_drops_what_points_away():
+    inner = _Recorder()
+    strategy = TrustedScore(inner, test="fltrust", reference=FixedReference([3.0, 4.0]))  # ‖g_s‖ = 5
+    assert strategy.receive(arrival([30.0, 40.0], "a")) > 0  # agrees fully, ten times too long
+    assert np.linalg.norm(inner.seen[-1].gradient) == pytest.approx(5.0)  # at g_s's norm, score 1 / mean 1
+    assert strategy.receive(arrival([-3.0, -4.0], "b")) == 0.0  # cos −1: weight 0, counted
+    assert strategy.describe()["trusted_dropped"] == 1 and strategy.last_dropped == "b"
+    strategy.receive(arrival([4.0, 3.0], "c"))  # cos 0.96, above the recent mean score (0.65): up to 2x
+    assert 5.0 < np.linalg.norm(inner.seen[-1].gradient) <= 10.0 + 1e-5
+
+
+def test_fltrust_at_the_fleet_scale_and_with_a_device_memory():
+    inner = _Recorder()
+    strategy = TrustedScore(inner, test="fltrust", scale="fleet", device_memory=9,
+                            reference=FixedReference([1.0, 0.0]))  # fmt: skip
+    for i in range(5):  # an honest device, agreeing, norm 2
+        strategy.receive(arrival([2.0, 0.2], f"h{i}", device="honest"))
+    assert np.linalg.norm(inner.seen[-1].gradient) == pytest.approx(2.0, rel=0.05)  # the fleet's own norm
+    assert strategy.receive(arrival([-0.1, 2.0], "h-noisy", device="honest")) > 0  # cos < 0, but its record
+    for i in range(3):  # a device that always points away: its standing stays below 0
+        assert strategy.receive(arrival([-2.0, 0.0], f"b{i}", device="flipper")) == 0.0
+
+
+def test_centered_clipping_around_the_trusted_gradient_drops_nothing_and_bounds_the_pull():
+    inner = _Recorder()
+    strategy = TrustedScore(inner, test="center", radius=1.0, reference=FixedReference([1.0, 0.0]))
+    assert strategy.receive(arrival([1.0, 0.0], "a")) > 0
+    assert strategy.receive(arrival([-100.0, 0.0], "b")) > 0  # not dropped: clipped
+    g_s = np.array([1.0, 0.0])
+    scale = 50.5  # the median of the two norms seen (1 and 100) over ‖g_s‖
+    pulled = inner.seen[-1].gradient / scale
+    assert np.linalg.norm(pulled - g_s) == pytest.approx(1.0, rel=1e-5)  # moved radius × ‖g_s‖ from g_s
+    assert strategy.describe()["trusted_dropped"] == 0

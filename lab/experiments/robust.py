@@ -58,6 +58,10 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "trimmed-mean": ({"name": "robust-aggregation", "statistic": "trimmed-mean"},),
     "median": ({"name": "robust-aggregation", "statistic": "median"},),
     "trusted-score": ({"name": "trusted-score"},),  # its reference gradient: the simulator's (below)
+    "fltrust": ({"name": "trusted-score", "test": "fltrust"},),  # the same reference, FLTrust's weighing
+    "trusted-center": ({"name": "trusted-score", "test": "center"},),  # centered clipping around it
+    "fltrust-fleet": ({"name": "trusted-score", "test": "fltrust", "scale": "fleet"},),
+    "fltrust-device": ({"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10},),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet

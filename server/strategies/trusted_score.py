@@ -5,7 +5,18 @@ itself on a few samples it trusts (issue 30), in one of two published forms:
   normalised to g_s's norm (ĝ = g·‖g_s‖/‖g‖), accept iff γ⟨g_s, ĝ⟩ − ρ‖ĝ‖² ≥ −γε, γ the strategy's rate:
   the estimated descent of the trusted loss after the step is not too negative;
 * ``aflguard`` (Fang, Liu, Jia, Gong 2022, "AFLGuard: Byzantine-robust Asynchronous Federated Learning",
-  ACSAC): accept iff ‖g − g_s‖ ≤ λ‖g_s‖.
+  ACSAC): accept iff ‖g − g_s‖ ≤ λ‖g_s‖;
+* ``fltrust`` (Cao, Fang, Liu, Gong 2021, "FLTrust: Byzantine-robust Federated Learning via Trust
+  Bootstrapping", NDSS), made asynchronous: g is rescaled to g_s's norm and weighed by its trust score
+  ReLU(cos(g, g_s)) over the mean score of the last ``window`` gradients (FLTrust divides by the round's
+  sum of scores; one gradient at a time, the recent mean plays that part, so an honest gradient keeps
+  about its plain weight). A gradient pointing away from g_s (cos ≤ 0) gets weight 0, one that agrees
+  only a little (ALIE, IPM, noise) gets little, and none can step further than g_s would;
+* ``center``: centered clipping (Karimireddy, He, Jaggi 2021) with g_s as the centre: g's distance from
+  g_s is clipped to ``radius`` × ‖g_s‖, and the result is taken at the fleet's own gradient scale (× the
+  median norm of the last ``window`` gradients over ‖g_s‖, one factor for every gradient at a time).
+  Nothing is dropped: a gradient pointing anywhere moves the step by at most ``radius`` × g_s's norm
+  around g_s's direction.
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -28,6 +39,8 @@ gradient gets weight 0 and never reaches the wrapped strategy. ``trusted_dropped
 
 from __future__ import annotations
 
+import dataclasses
+from collections import deque
 from typing import Any, Literal
 
 import numpy as np
@@ -37,7 +50,7 @@ from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
-Test = Literal["aflguard", "zeno++"]
+Test = Literal["aflguard", "zeno++", "fltrust", "center"]
 
 
 def zeno_score(gradient: np.ndarray, reference: np.ndarray, rate: float, rho: float) -> float:
@@ -46,6 +59,13 @@ def zeno_score(gradient: np.ndarray, reference: np.ndarray, rate: float, rho: fl
     norm, target = float(np.linalg.norm(g)), float(np.linalg.norm(s))
     scaled = g * (target / norm) if norm > 0 else g
     return rate * float(s @ scaled) - rho * float(scaled @ scaled)
+
+
+def cosine(gradient: np.ndarray, reference: np.ndarray) -> float:
+    """cos(g, g_s), 0 when either is zero."""
+    g, s = gradient.astype(np.float64), reference.astype(np.float64)
+    norms = float(np.linalg.norm(g)) * float(np.linalg.norm(s))
+    return float(g @ s) / norms if norms > 0 else 0.0
 
 
 def aflguard_distance(gradient: np.ndarray, reference: np.ndarray) -> float:
@@ -57,7 +77,9 @@ def aflguard_distance(gradient: np.ndarray, reference: np.ndarray) -> float:
 
 class TrustedScoreSettings(WrapperSettings):
     name: Literal["trusted-score"] = "trusted-score"
-    test: Test = Field("aflguard", description="AFLGuard's distance test or Zeno++'s descent score")
+    test: Test = Field(
+        "aflguard", description="AFLGuard's distance test, Zeno++'s descent score or FLTrust's trust weight"
+    )
     data: str | None = Field(
         None, description="an .npz (x, y) of held-out training samples the server trusts (not the test set)"
     )
@@ -66,6 +88,22 @@ class TrustedScoreSettings(WrapperSettings):
     rho: float = Field(0.001, ge=0, le=100, description="Zeno++'s ρ, the weight of ‖ĝ‖² in the score")
     slack: float = Field(0.0, ge=0, le=1e6, description="Zeno++'s ε: accept a score ≥ −γε")
     refresh: int = Field(1, ge=1, le=100_000, description="recompute g_s every this many versions")
+    window: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="FLTrust, center: scores and norms are relative to the last this many",
+    )
+    radius: float = Field(1.0, gt=0, le=100, description="center: clip ‖g − g_s‖ to this × ‖g_s‖")
+    scale: Literal["reference", "fleet"] = Field(
+        "reference", description="FLTrust: gradients at g_s's norm, or at the median norm of those accepted"
+    )
+    device_memory: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="FLTrust: a device's score averages its last ~this many (0: each alone)",
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -82,14 +120,22 @@ class TrustedScore(StrategyWrapper):
         rho: float = 0.001,
         slack: float = 0.0,
         refresh: int = 1,
+        window: int = 100,
+        radius: float = 1.0,
+        scale: Literal["reference", "fleet"] = "reference",
+        device_memory: int = 0,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
-        if test not in ("aflguard", "zeno++"):
+        if test not in ("aflguard", "zeno++", "fltrust", "center"):
             raise ValueError(f"trusted-score: unknown test {test!r}")
         self.test, self.data, self.samples = test, data, samples  # data, samples: the port's (compose.py)
         self.distance, self.rho, self.slack, self.refresh = distance, rho, slack, refresh
         self.reference = reference
+        self.scores: deque[float] = deque(maxlen=window)  # FLTrust: the recent trust scores
+        self.norms: deque[float] = deque(maxlen=window)  # center: the recent gradients' norms
+        self.radius, self.scale, self.device_memory = radius, scale, device_memory
+        self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
         self.received = self.dropped = 0
         self.last_dropped: str | None = None
@@ -114,15 +160,57 @@ class TrustedScore(StrategyWrapper):
         self.last_score = zeno_score(gradient, reference, rate, self.rho)
         return self.last_score >= -rate * self.slack
 
+    def trusted(self, arrival: Arrival, reference: np.ndarray) -> Arrival | None:
+        """FLTrust: the arrival at g_s's norm × its relative trust score; None when the score is 0."""
+        score = cosine(arrival.gradient, reference)
+        if self.device_memory:  # the device's standing: an average of its recent scores, this one included
+            previous = self.standing.get(arrival.device_id, score)
+            score = self.standing[arrival.device_id] = previous + (score - previous) * 2 / (
+                self.device_memory + 1
+            )
+        score = max(score, 0.0)
+        self.last_score = score
+        self.scores.append(score)
+        mean = float(np.mean(self.scores))
+        norm = float(np.linalg.norm(arrival.gradient))
+        if score <= 0.0 or mean <= 0.0 or norm <= 0.0:
+            return None
+        self.norms.append(norm)
+        target = float(np.median(self.norms)) if self.scale == "fleet" else float(np.linalg.norm(reference))
+        scale = target / norm * min(score / mean, 2.0)  # none weighs over 2x
+        return dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(scale))
+
+    def centred(self, arrival: Arrival, reference: np.ndarray) -> Arrival:
+        """Centered clipping around g_s, at the fleet's gradient scale."""
+        g, s = arrival.gradient.astype(np.float64), reference.astype(np.float64)
+        self.norms.append(float(np.linalg.norm(g)))
+        base = float(np.linalg.norm(s))
+        if base <= 0.0:
+            return arrival
+        deviation = g - s
+        distance = float(np.linalg.norm(deviation))
+        self.last_score = distance / base
+        limit = self.radius * base
+        clipped = s + (deviation * (limit / distance) if distance > limit else deviation)
+        scale = float(np.median(self.norms)) / base
+        return dataclasses.replace(arrival, gradient=(clipped * scale).astype(np.float32))
+
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
         reference = self.reference_gradient(arrival.base_version + arrival.staleness)
-        usable = reference is not None and reference.shape == arrival.gradient.shape
-        if usable and not self.passes(arrival.gradient, reference):  # type: ignore[arg-type]
+        if reference is None or reference.shape != arrival.gradient.shape:
+            return self.inner.receive(arrival)
+        if self.test == "center":
+            return self.inner.receive(self.centred(arrival, reference))
+        if self.test == "fltrust":
+            weighed = self.trusted(arrival, reference)
+        else:
+            weighed = arrival if self.passes(arrival.gradient, reference) else None
+        if weighed is None:
             self.dropped += 1
             self.last_dropped = arrival.task_id
             return 0.0
-        return self.inner.receive(arrival)
+        return self.inner.receive(weighed)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -136,7 +224,7 @@ class TrustedScore(StrategyWrapper):
     def state_dict(self) -> dict[str, Any]:
         return {
             **self.inner.state_dict(),
-            "trusted_score": {"received": self.received, "dropped": self.dropped},
+            "trusted_score": {"received": self.received, "dropped": self.dropped, "standing": self.standing},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -144,4 +232,5 @@ class TrustedScore(StrategyWrapper):
         trusted = state.get("trusted_score") or {}
         self.received = int(trusted.get("received", 0))
         self.dropped = int(trusted.get("dropped", 0))
+        self.standing = {str(k): float(v) for k, v in (trusted.get("standing") or {}).items()}
         self.cached = None
