@@ -268,6 +268,9 @@ def demo(
         str, typer.Option(help="with --attackers: sign-flip, alie, ipm, backdoor... (client/_attacks/)")
     ] = "sign-flip",
     kardam: Annotated[bool, typer.Option(help="Kardam's Byzantine filters around the strategy")] = False,
+    robust: Annotated[
+        bool, typer.Option(help="the recommended robust configuration (docs/results/robust.md)")
+    ] = False,
     scenario: Annotated[
         str, typer.Option(help="mnist, or drift: a recommender stream (fleet/demo_drift.py)")
     ] = "mnist",
@@ -305,6 +308,7 @@ def demo(
                 attackers=attackers,
                 attack=attack.lower(),  # --attack ALIE, as the papers write it
                 kardam=kardam,
+                robust=robust,
             )
         )
     )

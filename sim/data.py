@@ -194,11 +194,17 @@ def make_partition(name: str, labels: np.ndarray, devices: int, rng: np.random.G
 
 
 def write_shards(
-    out: str | Path, *, devices: int, partition: str = "sorted", seed: int = 0
+    out: str | Path, *, devices: int, partition: str = "sorted", seed: int = 0, trusted: int = 0
 ) -> tuple[list[Path], Path]:
-    """One .npz per device plus ``test.npz``: what a demo or a fleet of workers starts from."""
+    """One .npz per device plus ``test.npz``: what a demo or a fleet of workers starts from. With
+    ``trusted``, the last that many training digits are no device's but ``trusted.npz``, the samples a
+    trusted-score defence holds on the server (never the test digits)."""
     out = Path(out)
     train, test = load_mnist(seed=seed)
+    if trusted:
+        kept = len(train.y) - trusted
+        train.subset(np.arange(kept, len(train.y))).save(out / "trusted.npz")
+        train = train.subset(np.arange(kept))
     parts = make_partition(partition, train.y, devices, np.random.default_rng(seed))
     paths = [train.subset(p).save(out / f"device_{i:03d}.npz") for i, p in enumerate(parts)]
     return paths, test.save(out / "test.npz")

@@ -27,3 +27,28 @@ def test_kardam_is_switched_on_only_when_asked(tmp_path):
 def test_a_demo_with_impossible_attackers_is_refused(changes):
     with pytest.raises(ValueError):
         DemoConfig(devices=20, **changes)
+
+
+def test_robust_runs_the_recommended_defence_on_digits_no_phone_holds(tmp_path):
+    import json
+
+    import numpy as np
+
+    from fleet.demo import ROBUST, TRUSTED_SAMPLES, trusted_path
+    from server.settings import Settings
+    from sim.data import write_shards
+
+    cfg = DemoConfig(devices=5, attackers=1, robust=True, workdir=tmp_path)
+    env = _server_env(cfg, "k", "a", "p")
+    [wrapper] = json.loads(env["FLEET_WRAPPERS"])
+    assert wrapper == {**ROBUST, "data": str(trusted_path(cfg))}
+    assert "FLEET_WRAPPERS" not in _server_env(DemoConfig(workdir=tmp_path), "k", "a", "p")
+    shards, test = write_shards(tmp_path / "data", devices=5, seed=0, trusted=TRUSTED_SAMPLES)
+    with np.load(trusted_path(cfg)) as held:
+        trusted = {row.tobytes() for row in held["x"]}
+    assert len(trusted) == TRUSTED_SAMPLES  # distinct digits, on no phone and not among the test digits
+    for path in [*shards, test]:
+        with np.load(path) as data:
+            assert not trusted & {row.tobytes() for row in data["x"]}
+    settings = Settings(_env_file=None, wrappers=[wrapper], eval_data=str(test))  # the coordinator takes it
+    assert settings.wrappers[0].name == "trusted-score"

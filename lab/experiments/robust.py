@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
+from server.strategies.trusted_score import RECOMMENDED_DEFENCE
 from sim.workloads import Workload
 
 NAME = "robust"
@@ -59,9 +60,7 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "median": ({"name": "robust-aggregation", "statistic": "median"},),
     "trusted-score": ({"name": "trusted-score"},),  # its reference gradient: the simulator's (below)
     "fltrust": ({"name": "trusted-score", "test": "fltrust"},),  # the same reference, FLTrust's weighing
-    "trusted-center": ({"name": "trusted-score", "test": "center"},),  # centered clipping around it
-    "fltrust-fleet": ({"name": "trusted-score", "test": "fltrust", "scale": "fleet"},),
-    "fltrust-device": ({"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10},),
+    "fltrust-device": (RECOMMENDED_DEFENCE,),  # FLTrust by each device's standing, at the fleet's scale
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
