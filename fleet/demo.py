@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from fleet.demo_dp import DPPlan, dp_verdict, plan_dp
+from fleet.demo_summary import privacy_table, summary_table
 from server.strategies.trusted_score import RECOMMENDED_DEFENCE
 
 # Five phone classes, slowest to fastest; ms per sample spans the S6 → S10 7x spread of the thesis.
@@ -170,82 +170,6 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes], timeout: float = 60
     raise RuntimeError("coordinator did not become ready")
 
 
-def _privacy_table(privacy: dict[str, Any], names: dict[str, str]) -> Table:
-    """Each device's ε (PLD, replace-one, enforced) against its budget, and the assumption behind it."""
-    delta, budget = privacy["delta"], privacy["epsilon_budget"]
-    table = Table(title=f"Privacy: ε per device at δ = {delta:g} (budget {budget:g})")
-    for column in ("device", "phone", "DP tasks", "ε spent", "budget spent"):
-        table.add_column(column)
-    for d in sorted(privacy["devices"], key=lambda d: names.get(d["device_id"], "")):
-        spent = "yes" if d["exhausted"] else "no"
-        table.add_row(
-            d["device_id"][:8], names.get(d["device_id"], "?"), str(d["tasks"]), f"{d['epsilon']:.3f}", spent
-        )
-    table.caption = (
-        f"{privacy['mechanism']}, C = {privacy['clip']:g}, σ = {privacy['noise_multiplier']:.3f}. "
-        + privacy["assumption"]
-    )
-    return table
-
-
-def _summary(
-    stats: dict[str, Any], evaluations: list[dict[str, Any]], wall: float, reached: float | None, tasks: int
-) -> Table:
-    table = Table(title="Fleet demo: summary", show_header=False)
-    strategy = stats.get("strategy") or {}
-    rows = [
-        (
-            "final test accuracy (1,000 held-out digits)",
-            f"{stats['accuracy']:.4f} at v{stats['evaluated_version']}" if stats["accuracy"] else "-",
-        ),
-        ("best accuracy seen", f"{max((e['accuracy'] for e in evaluations), default=0):.4f}"),
-        ("time to 0.90 accuracy", f"{reached:.1f} s of training" if reached else "not reached"),
-        ("training wall time", f"{wall:.1f} s"),
-        ("updates applied (model version)", str(stats["version"])),
-        ("tasks pushed by devices", str(tasks)),
-        ("staleness τ p50 / p99", f"{stats['staleness_p50']:.0f} / {stats['staleness_p99']:.0f}"),
-        (
-            "strategy (learning rate)",
-            f"{strategy.get('strategy', '-')} ({strategy.get('learning_rate', '-')})",
-        ),
-        ("mean applied weight", f"{stats['weight_mean']:.3f}" if stats["weight_mean"] else "-"),
-        *(
-            [
-                (
-                    "Kardam dropped (Lipschitz / frequency)",
-                    f"{strategy['kardam_dropped_lipschitz']} / {strategy['kardam_dropped_frequency']}"
-                    f" of {strategy['kardam_received']}",
-                )
-            ]
-            if "kardam_received" in strategy
-            else []
-        ),  # fmt: skip
-        *(
-            [
-                (
-                    "trusted score gave weight 0 to",
-                    f"{strategy['trusted_dropped']} of {strategy['trusted_received']}",
-                )
-            ]
-            if "trusted_received" in strategy
-            else []
-        ),  # fmt: skip
-        (
-            "batch size L min / p50 / max",
-            f"{stats['batch_size_min']} / {stats['batch_size_p50']:.0f} / {stats['batch_size_max']}",
-        ),
-        ("rejections by reason", ", ".join(f"{k}: {v}" for k, v in stats["rejections"].items()) or "none"),
-        (
-            "task time predicted / measured (p50)",
-            f"{stats['predicted_time_ms_p50']:.0f} ms / {stats['measured_time_ms_p50']:.0f} ms",
-        ),
-        ("|measured − predicted| p90", f"{stats['time_abs_error_ms_p90']:.0f} ms"),
-    ]
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
-
-
 def run_demo(cfg: DemoConfig) -> int:
     """Run the demo; returns the process exit code (0 when 0.90 accuracy was reached)."""
     from client import DeviceData, Worker
@@ -316,11 +240,11 @@ def run_demo(cfg: DemoConfig) -> int:
         time.sleep(0.5)
         stats = httpx.get(f"{base}/v1/admin/stats", headers=headers, timeout=10).json()
         evaluations = httpx.get(f"{base}/v1/admin/evaluations", headers=headers, timeout=10).json()
-        console.print(_summary(stats, evaluations, time.monotonic() - started, reached, tasks[0]))
+        console.print(summary_table(stats, evaluations, time.monotonic() - started, reached, tasks[0]))
         if plan is not None:
             privacy = httpx.get(f"{base}/v1/admin/privacy", headers=headers, timeout=30).json()
             names = {w.device_id: w.config.device_model for w in workers if w.device_id}
-            console.print(_privacy_table(privacy, names))
+            console.print(privacy_table(privacy, names))
             verdict = dp_verdict(plan, stats["accuracy"], cfg.target, privacy["exhausted"], cfg.devices)
             if verdict:
                 console.print(f"[bold]{verdict}[/]")

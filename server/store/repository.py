@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, bindparam, case, func, insert, select, update
+from sqlalchemy import ColumnElement, Float, case, func, insert, select, update
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from server.core.events import ModelAdded
-from server.store.codec import decode_state, encode_state
 from server.store.tables import (
     AuditRow,
     CounterRow,
@@ -20,9 +19,7 @@ from server.store.tables import (
     EvaluationRow,
     MeasurementRow,
     ModelRow,
-    ProfilerRow,
     PromotionRow,
-    StrategyRow,
     TaskRow,
     VersionRow,
 )
@@ -364,61 +361,3 @@ def counters(*, session: Session, prefix: str = "") -> dict[str, int]:
 
 def audit(*, session: Session, actor: str, action: str, detail: dict[str, Any], now: float) -> None:
     session.add(AuditRow(at=now, actor=actor, action=action, detail=detail))
-
-
-# -- strategy and profiler state -------------------------------------------------------------------
-def _upsert(session: Session, table: Any, key: dict[str, Any], values: dict[str, Any]) -> None:
-    """UPDATE, then INSERT if no row matched: portable, and no ORM identity-map round trip."""
-    where = [table.c[k] == v for k, v in key.items()]
-    if not session.execute(update(table).where(*where).values(**values)).rowcount:  # type: ignore[attr-defined]
-        session.execute(insert(table).values(**key, **values))
-
-
-# the journal saves the strategy and the profiles with every batch: statements built once (their cache key
-# is derived again for every new construct)
-_STRATEGY, _PROFILES = StrategyRow.__table__, ProfilerRow.__table__
-SET_STRATEGY = (
-    update(_STRATEGY)
-    .where(_STRATEGY.c.model_id == bindparam("m"))
-    .values(state=bindparam("state"), updated_at=bindparam("at"))
-)
-SET_PROFILES = (
-    update(_PROFILES)
-    .where(_PROFILES.c.key == bindparam("k"))
-    .values(state=bindparam("state"), updated_at=bindparam("updated_at"))
-)
-
-
-def save_strategy_state(*, session: Session, model_id: str, state: dict[str, Any], now: float) -> None:
-    """UPDATE, then INSERT if the model has no saved state yet."""
-    data = encode_state(state)
-    if not session.execute(SET_STRATEGY, {"m": model_id, "state": data, "at": now}).rowcount:  # type: ignore[attr-defined]
-        session.execute(insert(_STRATEGY).values(model_id=model_id, state=data, updated_at=now))
-
-
-def load_strategy_state(*, session: Session, model_id: str) -> dict[str, Any] | None:
-    row = session.get(StrategyRow, model_id)
-    return None if row is None else decode_state(row.state)
-
-
-def save_profiler_state(*, session: Session, key: str, state: dict[str, Any], now: float) -> None:
-    _upsert(session, ProfilerRow.__table__, {"key": key}, {"state": state, "updated_at": now})
-
-
-def save_profiler_states(*, session: Session, states: dict[str, dict[str, Any]], now: float) -> None:
-    """Many profiles in one UPDATE (executemany), then INSERT the keys that were not there yet."""
-    if not states:
-        return
-    table = _PROFILES
-    rows = [{"k": k, "state": v, "updated_at": now} for k, v in states.items()]
-    matched = session.execute(SET_PROFILES, rows).rowcount  # type: ignore[attr-defined]
-    if matched == len(rows):
-        return
-    present = set(session.scalars(select(table.c.key).where(table.c.key.in_(list(states)))))
-    missing = [{"key": k, "state": v, "updated_at": now} for k, v in states.items() if k not in present]
-    if missing:
-        session.execute(insert(table), missing)
-
-
-def load_profiler_states(*, session: Session) -> dict[str, dict[str, Any]]:
-    return {r.key: r.state for r in session.scalars(select(ProfilerRow))}

@@ -30,7 +30,7 @@ from server.core.ports import (
     VersionRecord,
 )
 from server.core.types import Device
-from server.store import lineage, queue
+from server.store import lineage, queue, state_rows
 from server.store import repository as repo
 from server.store.tables import DeviceRow, EnrollmentKeyRow, ModelRow, PrivacyChargeRow
 from server.store.writes import write_events
@@ -244,11 +244,11 @@ class SqlStore:
     # -- state -----------------------------------------------------------------------------------
     def strategy_state(self, model_id: str) -> dict[str, Any] | None:
         with self.sessions() as session:
-            return repo.load_strategy_state(session=session, model_id=model_id)
+            return state_rows.load_strategy_state(session=session, model_id=model_id)
 
     def profiler_states(self) -> dict[str, dict[str, Any]]:
         with self.sessions() as session:
-            return repo.load_profiler_states(session=session)
+            return state_rows.load_profiler_states(session=session)
 
     def counters(self, prefix: str) -> dict[str, int]:
         with self.sessions() as session:

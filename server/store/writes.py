@@ -38,7 +38,7 @@ from server.core.events import (
     TaskGranted,
     VersionNoted,
 )
-from server.store import lineage, queue
+from server.store import lineage, queue, state_rows
 from server.store import repository as repo
 from server.store.tables import DeviceRow, MeasurementRow, ModelRow, PrivacyChargeRow, TaskRow, VersionRow
 
@@ -342,10 +342,10 @@ def _write_one(session: Session, event: Event) -> None:
             _write_push(session, event)
         case StateCheckpoint():
             if event.model_id is not None and event.strategy is not None:
-                repo.save_strategy_state(
+                state_rows.save_strategy_state(
                     session=session, model_id=event.model_id, state=event.strategy, now=event.at
                 )
-            repo.save_profiler_states(session=session, states=event.profiles, now=event.at)
+            state_rows.save_profiler_states(session=session, states=event.profiles, now=event.at)
         case _:
             _write_access(session, event)
 
