@@ -357,9 +357,12 @@ def default_table(results: Path) -> str:
     data = _load(results, "default-search")
     if data is None:
         return "(no default-search results yet: `python -m lab run default-search`)"
+    from lab.experiments.default_search import ARMS
+
     s = data["summary"]
+    registered = ARMS.get(s["default"], (s["default"], {}))[0]
     lines = [
-        f"The default ({s['default']}, γ = {s['default_rate']}, untuned) on the workloads its choice never "
+        f"The default ({registered}, γ = {s['default_rate']}, untuned) on the workloads its choice never "
         "saw, against the best tuned run on each (virtual seconds to the workload's target, the best final "
         "accuracy less 1 point; final accuracy):",
         "",

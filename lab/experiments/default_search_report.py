@@ -67,6 +67,12 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         )
     lines += ["", "Checks on the held-back half (workloads passing, of " + str(len(held)) + "):", ""]
     lines += [f"- {CHECK_NAMES[c]}: {passed[c]}" for c in CHECK_NAMES]
+    dead = {wl: collapses(h) for wl, h in held.items()}
+    lines.append(
+        f"- no run ending at chance level (final ≤ {CHANCE}) from ×0.25 to ×4: "
+        f"{sum(not d for d in dead.values())}"
+        + "".join(f"; {wl} at ×{', ×'.join(d)}" for wl, d in dead.items() if d)
+    )
     lines += [
         "",
         "## Choice half: the candidates' time to each workload's target over the best tuned run's",
@@ -90,19 +96,37 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 
 
 def _redrawn(summary: dict[str, Any]) -> list[str]:
-    """The second search's note: which workloads were held back before, and why they are chosen on now."""
-    from sim.workloads import FIRST_HELD_BACK
+    """Which workloads earlier searches held back, and why they are chosen on now."""
+    from sim.workloads import FIRST_HELD_BACK, SECOND_HELD_BACK
 
-    if not set(FIRST_HELD_BACK) <= set(summary["choice_workloads"]):
+    choice = set(summary["choice_workloads"])
+    if not set(FIRST_HELD_BACK) <= choice:
         return []
-    return [
-        "This is the second search. The first one's held-back half ("
-        + ", ".join(FIRST_HELD_BACK)
-        + ") was reported once (2026-11-26) and what it showed shaped this default (its choice collapsed on "
-        "1,000 devices: `ConcurrencyScale` came from that), so those workloads joined the choice half and "
-        "the held-back half below is a fresh one, drawn before any run on it.",
-        "",
+    lines = [
+        "The first search's held-back half (" + ", ".join(FIRST_HELD_BACK) + ") was reported once "
+        "(2026-11-26) and what it showed shaped the next default (its choice collapsed on 1,000 devices: "
+        "`ConcurrencyScale` came from that), so those workloads joined the choice half."
     ]
+    if set(SECOND_HELD_BACK) <= choice:
+        lines.append(
+            "The second search's held-back half (" + ", ".join(SECOND_HELD_BACK) + ") was reported once too "
+            "(γ 0.2 with a reference of 20 missed its target on 100 and 1,000 devices; a reference of 10 "
+            "came from that) and joined the choice half as well. This is the third search: the held-back "
+            "half below is a fresh one, drawn before any run on it."
+        )
+    else:
+        lines.append("The held-back half below is a fresh one, drawn before any run on it.")
+    return [" ".join(lines), ""]
+
+
+CHANCE = 0.15  # a final accuracy at or below this (10 classes: chance is 0.1) is a dead model
+
+
+def collapses(held: dict[str, Any]) -> list[str]:
+    """The rate factors at which the default ended at chance level (the recorded check counts only runs
+    flagged diverged: a NaN, or ten identical evaluations at chance; these may wobble at 0.09-0.10)."""
+    curve = held["rate_curve"]
+    return [f for f, p in curve.items() if p["diverged"] or p["final"] <= CHANCE]
 
 
 def plot(summary: dict[str, Any], cause: dict[str, dict[str, Any]]) -> Any:
