@@ -336,3 +336,15 @@ def test_online_vs_standard_quick_matches_budgets_and_scores_every_arm(tmp_path)
         assert abs(row["examples"][arm][0] - budget) <= 0.1 * budget, arm
     assert row["online"]["tasks"] > 0 and row["energy"]["mean"] > 0
     assert "online / standard" in (tmp_path / "online-vs-standard-quick.md").read_text()
+
+
+def test_the_robust_choice_ranks_attacks_held_before_honest_work_dropped():
+    """Centered clipping losing 6 attacks by up to 74 points must not outrank a defence that loses 4 by up
+    to 12 but drops honest work under each attack (what the first rule did, counting a miss per attack)."""
+    from lab.experiments.robust import standing
+
+    lossy = {"gaps": {"a": 0.7, "b": 0.5, "c": 0.01}, "worst_gap": 0.7, "misses": ["a", "b"]}
+    strict = {"gaps": {"a": 0.12, "b": 0.01, "c": 0.01}, "worst_gap": 0.12,
+              "misses": ["a", "drop:a", "drop:b", "drop:c", "drop:clean", "backdoor-success"]}  # fmt: skip
+    assert standing(strict) == (1, 0.12, 2) and standing(lossy) == (2, 0.7, 0)
+    assert sorted([lossy, strict], key=standing)[0] is strict

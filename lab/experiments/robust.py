@@ -11,9 +11,13 @@ seconds to the target, and, for the backdoor, the attack success rate on the tri
 Two stages, so the recommendation never sees the reported seeds:
 
 1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on the
-   first fleet; the recommended defence is the one missing the fewest of the issue's targets (within 2
-   points of the clean fleet, ≤ 10% honest pushes dropped, backdoor success ≤ 10%, ≤ 1.2× the undefended
-   time to the target with no attack), ties broken by its worst accuracy gap.
+   first fleet; the recommended defence is the one that loses the fewest attacks (more than 2 points below
+   the clean fleet), then has the smallest worst gap, then misses the fewest of the other targets, each
+   counted once (≤ 10% honest pushes dropped, backdoor success ≤ 10%, ≤ 1.2× the undefended time to the
+   target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack for honest
+   drops too, and the first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet run)
+   ranked centered clipping, which lost 6 attacks by up to 74 points, above FLTrust by device standing,
+   which lost 4 by up to 12 but dropped honest work under each attack. The rule was changed for that.
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
    on the others, and the recommended one against each attack at every share of ``shares`` (the heatmap
@@ -212,7 +216,7 @@ def judge(
     asr = runs["backdoor"]["backdoor_success"] if "backdoor" in runs else None
     misses = [a for a, g in gaps.items() if g > TARGET_GAP]
     misses += [f"drop:{a}" for a, d in dropped.items() if d is not None and d > TARGET_HONEST_DROP]
-    misses += ["backdoor"] if asr is not None and asr > TARGET_ASR else []
+    misses += ["backdoor-success"] if asr is not None and asr > TARGET_ASR else []
     misses += ["cost"] if cost is not None and cost > TARGET_COST else []
     return {
         "gaps": gaps,
@@ -222,6 +226,14 @@ def judge(
         "cost": cost,
         "misses": misses,
     }
+
+
+def standing(judged: dict[str, Any]) -> tuple[int, float, int]:
+    """A defence's rank on the tuning seed: the attacks it fails to hold within the gap target first, then
+    its worst gap, then the other targets it misses, each counted once (honest drops, backdoor, cost)."""
+    lost = sum(1 for gap in judged["gaps"].values() if gap > TARGET_GAP)
+    others = {m.split(":")[0] for m in judged["misses"] if m not in judged["gaps"]}
+    return lost, judged["worst_gap"], len(others)
 
 
 def run(plan: RobustPlan, ctx: Context) -> Result:
@@ -240,8 +252,7 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     # 1. choose on the tuning seed
     tuning = runner.run(cells(plan.defences, attacks, (plan.share,), (first,), (plan.tune_seed,)))
     chosen_on = {d: judged(tuning, d, first, plan.tune_seed, plan.share, plan.attacks) for d in plan.defences}
-    ranked = sorted((d for d in plan.defences if d != "none"),
-                    key=lambda d: (len(chosen_on[d]["misses"]), chosen_on[d]["worst_gap"]))  # fmt: skip
+    ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standing(chosen_on[d]))
     recommended = ranked[0]
     reported = tuple(dict.fromkeys(("none", "kardam", recommended, *ranked[: plan.report_top])))
     reported = tuple(d for d in reported if d in plan.defences)
