@@ -30,9 +30,9 @@ from fleet.demo_summary import privacy_table, summary_table
 from server.strategies.trusted_score import RECOMMENDED_DEFENCE
 
 # Five phone classes, slowest to fastest; ms per sample spans the S6 → S10 7x spread of the thesis.
-# --robust: the recommended robust configuration (issue 30: docs/results/robust.md), on this many
-# training digits the server holds; the demo's own copy of the experiment's choice (tests check they agree)
-ROBUST: dict[str, Any] = dict(RECOMMENDED_DEFENCE)
+# --robust: the recommended robust configuration (server/strategies/trusted_score.py), on TRUSTED_SAMPLES
+# training digits the server holds
+ROBUST: dict[str, Any] = RECOMMENDED_DEFENCE
 ROBUST_NAME = "FLTrust weighing by each device's standing"
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))

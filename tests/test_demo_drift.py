@@ -4,7 +4,6 @@ the F1@k metric, the feed, the console's label, and (slow) a short run on real p
 from __future__ import annotations
 
 import socket
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +19,7 @@ from server.console.labels import metric_label
 from server.core.eval_file import EvalFile
 from server.core.evaluation import Evaluator, metric_k
 from server.core.evaluation_loop import EvaluationLoop
+from tests.support.waiting import wait_until
 
 
 def _npz(path: Path, n: int, label: int = 0, features: int = 3) -> None:
@@ -118,21 +118,12 @@ def test_the_loop_scores_the_same_version_again_on_a_new_set(tmp_path: Path) -> 
     )  # fmt: skip
     loop.start()
     try:
-        _wait(lambda: coordinator.recorded == [(3, 5.0)])
+        wait_until(lambda: coordinator.recorded == [(3, 5.0)])
         _npz(path, 8)  # the next hour: no new version, a new set
-        _wait(lambda: coordinator.recorded == [(3, 5.0), (3, 8.0)])
+        wait_until(lambda: coordinator.recorded == [(3, 5.0), (3, 8.0)])
     finally:
         loop.stop()
         loop.join(timeout=5)
-
-
-def _wait(condition: object, timeout: float = 5.0) -> None:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.01)):
-        if condition():  # type: ignore[operator]
-            return
-        done.wait(0.01)
-    raise AssertionError("condition not met")
 
 
 def test_the_feed_writes_windows_and_the_freshest_hour(tmp_path: Path) -> None:

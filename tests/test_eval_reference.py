@@ -4,7 +4,6 @@ drawn beside the live score in the console."""
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +15,7 @@ from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.store.tables import EvaluationRow
 from tests.conftest import ADMIN
+from tests.support.waiting import wait_until
 from tests.test_console import console, login  # noqa: F401  (the console fixture)
 from tests.test_console_core import alembic_config
 
@@ -62,22 +62,13 @@ def test_the_loop_scores_the_older_model_beside_the_newest() -> None:
             coordinator.snap = SimpleNamespace(
                 model_id="m", version=version, params=np.array([float(version)])
             )
-            _wait(lambda v=version: coordinator.recorded and coordinator.recorded[-1][0] == v)
+            wait_until(lambda v=version: coordinator.recorded and coordinator.recorded[-1][0] == v)
     finally:
         loop.stop()
         loop.join(timeout=5)
     by_version = {v: (score, ref) for v, score, ref in coordinator.recorded}
     assert by_version[4] == (4.0, None)  # nothing 5 s old yet
     assert by_version[8][0] == 8.0 and by_version[8][1] is not None and by_version[8][1] <= 3.0
-
-
-def _wait(condition: object, timeout: float = 5.0) -> None:
-    done = threading.Event()
-    for _ in range(int(timeout / 0.005)):
-        if condition():  # type: ignore[operator]
-            return
-        done.wait(0.005)
-    raise AssertionError("condition not met")
 
 
 def test_the_reference_is_stored_and_migration_0011_leaves_old_rows_without(storage_url: str) -> None:

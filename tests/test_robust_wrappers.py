@@ -12,6 +12,7 @@ from server.settings import Settings
 from server.strategies import (
     Arrival,
     CenteredClip,
+    FedBuff,
     NormNoise,
     RobustAggregation,
     TrustedScore,
@@ -323,7 +324,7 @@ def test_the_console_adds_a_defence_and_renders_its_fields(tmp_path):
         client.__exit__(None, None, None)
 
 
-class _Recorder(type(make_strategy("fedbuff"))):  # FedBuff that keeps what reached it
+class _Recorder(FedBuff):  # FedBuff that keeps what reached it
     def __init__(self) -> None:
         super().__init__(learning_rate=0.1, k=100)
         self.seen: list[Arrival] = []

@@ -138,19 +138,27 @@ def tau(rows: list[Row]) -> Figure:
     return {"data": traces, "layout": layout}
 
 
-def with_reference(figure: Figure, rows: list[Row], x: int, name: str) -> Figure:
-    """The accuracy chart with an older model's score on the same data beside it (the reference age),
-    when any evaluation has one: the gap is what learning since then bought."""
-    kept = [row for row in rows if row[4] is not None]
-    if not kept:
-        return figure
-    figure["data"][0]["name"] = "the model now"
-    figure["data"].append(
-        {"type": "scatter", "mode": "lines", "name": name, "x": _column(kept, x), "y": _column(kept, 4),
-         "line": {"dash": "dot"}}
-    )  # fmt: skip
-    figure["layout"]["showlegend"] = True
-    figure["layout"]["legend"] = {"orientation": "h", "y": -0.25}
+REFERENCE = "an older model"  # the reference line's name until the page names it (FLEET_EVAL_REFERENCE_LABEL)
+
+
+def accuracy(x: int, x_title: str) -> Callable[[list[Row]], Figure]:
+    """The metric against ``x``, and beside it, when evaluations carry one (FLEET_EVAL_REFERENCE_AGE_S), the
+    same metric of an older model on the same data, dotted: the gap is what learning since then bought."""
+    live = line(x, 1, x_title, "test accuracy")
+
+    def figure(rows: list[Row]) -> Figure:
+        drawn = live(rows)
+        kept = [row for row in rows if row[4] is not None]
+        if kept:
+            drawn["data"][0]["name"] = "the model now"
+            drawn["data"].append(
+                {"type": "scatter", "mode": "lines", "name": REFERENCE, "x": _column(kept, x),
+                 "y": _column(kept, 4), "line": {"dash": "dot"}}
+            )  # fmt: skip
+            drawn["layout"]["showlegend"] = True
+            drawn["layout"]["legend"] = {"orientation": "h", "y": -0.25}
+        return drawn
+
     return figure
 
 
@@ -172,8 +180,8 @@ def privacy(rows: list[Row]) -> Figure:
 
 
 CHARTS: dict[str, Chart] = {
-    "accuracy-versions": Chart("accuracy", line(0, 1, "model version", "test accuracy")),
-    "accuracy-time": Chart("accuracy", line(3, 1, "wall time (UTC)", "test accuracy")),
+    "accuracy-versions": Chart("accuracy", accuracy(0, "model version")),
+    "accuracy-time": Chart("accuracy", accuracy(3, "wall time (UTC)")),
     "updates": Chart("updates", per_minute),
     "tasks": Chart("tasks", tasks),
     "staleness": Chart("staleness", bars(0, 1, "staleness τ (versions)", "gradients")),

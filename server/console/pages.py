@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from fleet_protocol.accounting import STATEMENT
-from server.console.charts import CHARTS, with_reference
+from server.console.charts import CHARTS
 from server.console.figures import DATASETS, MEETS_SLO_PCT, Figures
 from server.console.labels import metric_label
 from server.console.models import page_data
@@ -282,10 +282,10 @@ async def chart(request: Request, session: Session, name: str) -> JSONResponse:
     query = dict(request.query_params)
     rows = await run_in_threadpool(lambda: DATASETS[spec.dataset].rows(_figures(request), query))
     figure = spec.figure(rows)
-    if spec.dataset == "accuracy":  # the y axis says what is measured; an older model's score beside it
+    if spec.dataset == "accuracy":  # the y axis says what is measured, the reference line how old it is
         figure["layout"]["yaxis"]["title"]["text"] = _metric(request)
         settings = console_state(request).settings
-        if settings.eval_reference_age_s is not None:
-            label = settings.eval_reference_label or f"the model {settings.eval_reference_age_s:g} s before"
-            figure = with_reference(figure, rows, 3 if name == "accuracy-time" else 0, label)
+        age, label = settings.eval_reference_age_s, settings.eval_reference_label
+        for trace in figure["data"][1:]:  # the reference line, drawn when evaluations carry one
+            trace["name"] = label or (f"the model {age:g} s before" if age else trace["name"])
     return JSONResponse({**figure, "points": len(rows)})
