@@ -1,7 +1,8 @@
 """The worker's exception tree; callers catch the level they care about.
 
 WorkerError                 any failure the worker reports (4xx with the server's detail, bad data)
- +-- EnrollmentRefused      the coordinator will not enroll this device (quota, attestation, revoked): stop
+ +-- EnrollmentRefused      the coordinator will not enroll this device (quota, attestation, revoked,
+ |                          an expired join code): stop
  +-- Rejected               the server declined a task now; retry after ``retry_after`` seconds
  |    +-- TrainingFinished  the model is done training; stop asking
  +-- TransportError         network failure, timeout or a real server fault (5xx)
@@ -34,8 +35,9 @@ class WorkerError(Exception):
 class EnrollmentRefused(WorkerError):
     """The coordinator refused to enroll this device for good (HTTP 403 with a ``reason``): the key has
     enrolled its quota of devices (``enrollment_quota``), the attestation was refused
-    (``attestation_refused``) or this install was revoked (``install_revoked``). Asking again would get
-    the same answer, so the worker stops and says why."""
+    (``attestation_refused``) or this install was revoked (``install_revoked``); or (HTTP 401) the join
+    code has expired (``enrollment_code_expired``). Asking again would get the same answer, so the worker
+    stops and says why."""
 
     def __init__(self, detail: str, *, reason: str, status_code: int | None = None) -> None:
         super().__init__(detail, status_code=status_code)

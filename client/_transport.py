@@ -265,8 +265,14 @@ class ApiClient:
         raise _error_from(response)
 
 
-# 403 reasons of POST /v1/devices that no retry changes (server/api/routes/devices.py)
-ENROLLMENT_REFUSALS = frozenset({"enrollment_quota", "attestation_refused", "install_revoked"})
+# reasons of POST /v1/devices that no retry changes (server/api/routes/devices.py): 403s, and the 401 of a
+# join code past its end
+ENROLLMENT_REFUSALS = {
+    "enrollment_quota": 403,
+    "attestation_refused": 403,
+    "install_revoked": 403,
+    "enrollment_code_expired": 401,
+}
 
 
 def _error_from(response: httpx.Response) -> WorkerError:
@@ -284,7 +290,7 @@ def _error_from(response: httpx.Response) -> WorkerError:
     where = f"{response.request.method} {response.request.url.path}"
     if reason == "training_finished":
         return TrainingFinished(detail, reason=reason, retry_after=retry_after, status_code=status)
-    if status == 403 and reason in ENROLLMENT_REFUSALS:
+    if isinstance(reason, str) and ENROLLMENT_REFUSALS.get(reason) == status:
         message = f"enrollment refused ({reason}): {detail}"
         return EnrollmentRefused(message, reason=reason, status_code=status)
     if status == 503 and isinstance(reason, str):

@@ -1,4 +1,5 @@
-"""The Sybil limits (issue 30, part 4): how many devices one enrollment key may enroll, and how fast.
+"""The Sybil limits (issue 30, part 4): how many devices one enrollment key may enroll, and how fast; and
+the public URL a join code's QR code sends a phone to.
 
 A group of its own, mixed into ``server.settings.Settings`` like the security settings (same FLEET_*
 variables, one docs table). Beside the per-address limit (``enroll_rate_per_second``, ``enroll_burst``),
@@ -33,6 +34,13 @@ class EnrollmentSettings(BaseModel):
         ge=1,
         le=1_000_000,
         description="the enrollment burst per key above that rate (a 200-device fleet enrolls at once)",
+    )
+    public_url: str | None = Field(
+        None,
+        max_length=2000,
+        pattern=r"^https?://[^\s?#]+$",
+        description="the coordinator's base URL as phones reach it (e.g. http://192.168.1.20:8000): a join "
+        "code's QR code holds <public_url>/device/#join=<code>; unset: the URL the console was opened at",
     )
 
 

@@ -156,7 +156,7 @@ class MemoryStore:
                     self._touch(e.device_id, revoked_at=e.at)
             case EnrollmentKeyCreated():
                 self.keys[e.key_id] = (
-                    EnrollmentKey(e.key_id, e.name, e.at, e.actor, None, e.max_devices),
+                    EnrollmentKey(e.key_id, e.name, e.at, e.actor, None, e.max_devices, e.expires_at),
                     e.key_hash,
                 )
             case EnrollmentKeyRevoked():

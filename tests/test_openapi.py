@@ -38,6 +38,8 @@ STATUSES: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/admin/stats"): {200} | ADMIN_AUTH,
     ("get", "/v1/admin/evaluations"): {200, 422} | ADMIN_AUTH,
     ("get", "/v1/admin/records"): {200, 422} | ADMIN_AUTH,
+    ("post", "/v1/admin/join-codes"): {201} | JSON_IN | ADMIN_AUTH,
+    ("post", "/v1/admin/enrollment-keys/{key_id}/revoke"): {204, 404, 422} | ADMIN_AUTH,
     ("get", "/v1/admin/profiler"): {200} | ADMIN_AUTH,
     ("get", "/v1/admin/profiler/{device_model}"): {200, 404, 422} | ADMIN_AUTH,
     ("get", "/v1/privacy/me"): {200, 404, 422} | DEVICE,

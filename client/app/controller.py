@@ -361,6 +361,8 @@ class AppController:
 
     def _explain(self, event: WorkerEvent) -> str:
         url, detail, code = self.settings.server_url, event.detail, event.status_code
+        if "enrollment_code_expired" in detail:
+            return "The join code has expired: ask the operator for a new one."
         if code == 401 and "/v1/devices" in detail:
             return "The enrollment key was refused: check it in Settings."
         if code == 401:

@@ -22,13 +22,14 @@ from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
 from server.api.hotpull import ParamsFromMemory
 from server.api.metrics import Metrics
 from server.api.opsauth import OpsToken
-from server.api.routes import admin, devices, health, models, privacy, tasks
+from server.api.routes import admin, devices, enrollment, health, models, privacy, tasks
 from server.api.routes import profiler as profiler_routes
 from server.compose import build_coordinator, build_evaluation_loop, build_store
 from server.console import open_console
 from server.core.errors import (
     Conflict,
     CoordinatorError,
+    EnrollmentCodeExpired,
     EnrollmentRefused,
     Forbidden,
     Gone,
@@ -36,13 +37,14 @@ from server.core.errors import (
     NotFound,
     StorageUnavailable,
     TrainingFinished,
+    Unauthorized,
 )
 from server.ratelimit import RateLimiter, apply_limits
 from server.settings import Settings, get_settings, with_overrides
 from server.store.admin import AdminStore
 
 log = logging.getLogger("fleet.server")
-STATUS = {NotFound: 404, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput: 422}
+STATUS = {NotFound: 404, Unauthorized: 401, Forbidden: 403, Gone: 410, Conflict: 409, InvalidInput: 422}
 
 
 def json_safe(value: Any) -> Any:
@@ -65,9 +67,10 @@ async def validation_error(request: Request, exc: RequestValidationError) -> JSO
 
 def refusal_body(exc: CoordinatorError) -> dict[str, Any]:
     """The error body of a core refusal: its sentence, and the reason a device acts on when it has one
-    (training finished: stop asking; an enrollment refused: stop enrolling, client/_transport.py)."""
+    (training finished: stop asking; an enrollment refused or a join code expired: stop enrolling,
+    client/_transport.py)."""
     body: dict[str, Any] = {"detail": str(exc)}
-    if isinstance(exc, EnrollmentRefused):
+    if isinstance(exc, EnrollmentRefused | EnrollmentCodeExpired):
         body.update(reason=exc.reason)
     if isinstance(exc, TrainingFinished):
         body.update(reason="training_finished", retry_after=300.0)
@@ -158,7 +161,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # first: FastAPI tries the routers in order, twice per request, and every task asks then pushes
     for router in (tasks.router, models.router, devices.router, privacy.device_router):
         app.include_router(router, prefix="/v1", responses=STORAGE_DOWN)
-    for router in (admin.router, profiler_routes.router, privacy.admin_router):
+    for router in (admin.router, enrollment.router, profiler_routes.router, privacy.admin_router):
         app.include_router(
             router, prefix="/v1", dependencies=[admin.AdminOnly], responses={**ADMIN_AUTH, **STORAGE_DOWN}
         )

@@ -37,8 +37,9 @@ class Error(BaseModel):
     reason: str | None = Field(
         None,
         description="task requests refused with 503/410: paused, small_batch, too_similar, no_model, "
-        "training_finished, or a strategy's reason to wait (e.g. round_full); storage_unavailable on "
-        "any route while the database cannot be used",
+        "training_finished, or a strategy's reason to wait (e.g. round_full); enrollments refused for "
+        "good: enrollment_quota, attestation_refused, install_revoked (403), enrollment_code_expired "
+        "(401); storage_unavailable on any route while the database cannot be used",
     )
     retry_after: float | None = Field(None, description="with reason: seconds before asking again")
 

@@ -206,3 +206,17 @@ class EvaluationOut(BaseModel):
     loss: float
     at: float
     reference: float | None = None  # the metric of the model FLEET_EVAL_REFERENCE_AGE_S older, same data
+
+
+class JoinCodeIn(Input):
+    """A join code to create (server/core/join_codes.py has the bounds the console uses too)."""
+
+    minutes: StrictInt = Field(15, ge=1, le=1440, description="how long the code enrolls devices")
+    max_devices: StrictInt = Field(5, ge=1, le=1000, description="how many devices it may enroll")
+
+
+class JoinCodeOut(BaseModel):
+    code: str = Field(description="the code, shown once (only its SHA-256 is stored)")
+    url: str = Field(description="<public URL>/device/#join=<code>: what a phone opens (the QR code's text)")
+    expires_at: float = Field(description="unix seconds: from then on the code enrolls nothing")
+    key_id: str = Field(description="its enrollment key's id: POST /v1/admin/enrollment-keys/{key_id}/revoke")

@@ -28,6 +28,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "enroll_quota_per_key": ("Devices per enrollment key (default quota)", "devices"),
     "enroll_key_rate_per_second": ("Enrollments per key", "per s"),
     "enroll_key_burst": ("Enrollment burst per key", "enrollments"),
+    "public_url": ("Public URL (what phones open)", ""),
     "max_devices": ("New key's quota", "devices"),
     "health_no_push_seconds": ("Degraded after no push for", "s"),
     "health_window_seconds": ("Failing-devices window", "s"),

@@ -168,8 +168,13 @@ class DeviceRegistry:
         """A new stored key and its secret (shown once); ``max_devices``: its quota (None: the default)."""
         return self.keys.create(name, actor=actor, max_devices=max_devices)
 
+    def create_join_code(self, minutes: int, *, actor: str, max_devices: int) -> tuple[EnrollmentKey, str]:
+        """A key that expires after ``minutes`` (a join code: server/core/join_codes.py) and its code."""
+        return self.keys.create_join_code(minutes, actor=actor, max_devices=max_devices)
+
     def resolve_key(self, secret: str, *, bootstrap: bool = False) -> KeyUse | None:
-        """The valid key ``secret`` is (``bootstrap``: the caller matched FLEET_ENROLLMENT_KEY), else None."""
+        """The valid key ``secret`` is (``bootstrap``: the caller matched FLEET_ENROLLMENT_KEY), else None;
+        ``EnrollmentCodeExpired`` for a key past its end (a join code)."""
         return self.keys.resolve(secret, bootstrap=bootstrap)
 
     def devices_per_key(self) -> dict[str, int]:

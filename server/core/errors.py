@@ -2,6 +2,8 @@
 
 CoordinatorError
 ├── NotFound        (unknown task, model or version)
+├── Unauthorized
+│   └── EnrollmentCodeExpired  (a join code past its end: HTTP 401 with a reason)
 ├── Forbidden       (a task of another device)
 │   └── EnrollmentRefused  (a key's quota is full, attestation refused, a revoked install)
 ├── Gone            (lease expired, version out of retention)
@@ -33,6 +35,17 @@ class EnrollmentRefused(Forbidden):
     def __init__(self, detail: str, *, reason: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+class Unauthorized(CoordinatorError):
+    """A credential that does not (or no longer) let its holder in: HTTP 401."""
+
+
+class EnrollmentCodeExpired(Unauthorized):
+    """An enrollment key past its ``expires_at`` (a join code): 401 with reason enrollment_code_expired,
+    which a device stops on like the 403 refusals (asking again with the same code cannot succeed)."""
+
+    reason = "enrollment_code_expired"
 
 
 class Gone(CoordinatorError):

@@ -214,7 +214,7 @@ class DeviceRevoked:
 @dataclass(frozen=True)
 class EnrollmentKeyCreated:
     """A stored enrollment key besides the bootstrap one; only its SHA-256 is kept. ``max_devices``: its
-    quota (None: the coordinator's default at each enrollment)."""
+    quota (None: the coordinator's default at each enrollment); ``expires_at``: a join code's end."""
 
     key_id: str
     name: str
@@ -222,6 +222,7 @@ class EnrollmentKeyCreated:
     actor: str
     at: float
     max_devices: int | None = None
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True)

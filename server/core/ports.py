@@ -263,7 +263,8 @@ class DeviceRecord:
 @dataclass(frozen=True)
 class EnrollmentKey:
     """A stored enrollment key (its secret is shown once at creation and kept only as a SHA-256).
-    ``max_devices``: its quota; None means the coordinator's default (FLEET_ENROLL_QUOTA_PER_KEY)."""
+    ``max_devices``: its quota; None means the coordinator's default (FLEET_ENROLL_QUOTA_PER_KEY).
+    ``expires_at`` (unix s): a join code's end, after which it enrolls nothing (None: never expires)."""
 
     key_id: str
     name: str
@@ -271,6 +272,10 @@ class EnrollmentKey:
     created_by: str
     revoked_at: float | None
     max_devices: int | None = None
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
 
 @dataclass(frozen=True)

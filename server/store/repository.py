@@ -134,6 +134,7 @@ def add_enrollment_key(
     actor: str,
     now: float,
     max_devices: int | None = None,
+    expires_at: float | None = None,
 ) -> None:
     session.execute(
         insert(EnrollmentKeyRow).values(
@@ -144,6 +145,7 @@ def add_enrollment_key(
             created_by=actor[:64],
             revoked_at=None,
             max_devices=max_devices,
+            expires_at=expires_at,
         )
     )
 

@@ -341,6 +341,7 @@ def _key(row: EnrollmentKeyRow) -> EnrollmentKey:
         created_by=row.created_by,
         revoked_at=row.revoked_at,
         max_devices=row.max_devices,
+        expires_at=row.expires_at,
     )
 
 

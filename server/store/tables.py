@@ -164,6 +164,7 @@ class EnrollmentKeyRow(Base):
     created_by: Mapped[str] = mapped_column(String(64))
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     max_devices: Mapped[int | None] = mapped_column(Integer, nullable=True)  # quota (0010); NULL: the default
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # a join code's end (0012)
 
 
 class AdminUserRow(Base):

@@ -378,6 +378,7 @@ def _write_access(session: Session, event: Event) -> None:
                 actor=event.actor,
                 now=event.at,
                 max_devices=event.max_devices,
+                expires_at=event.expires_at,
             )
         case EnrollmentKeyRevoked():
             repo.revoke_enrollment_key(session=session, key_id=event.key_id, now=event.at)
