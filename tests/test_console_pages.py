@@ -17,7 +17,7 @@ from server.console.figures import Figures
 from server.console.sentences import audit_sentence
 from tests.test_console import console, csrf, login  # noqa: F401 (``console``: the fixture)
 
-PAGES = ("", "/learning", "/devices", "/models", "/settings", "/privacy", "/audit")
+PAGES = ("", "/learning", "/devices", "/join", "/models", "/settings", "/privacy", "/audit")
 SLO = 1000.0
 
 

@@ -182,8 +182,8 @@ def test_the_admin_api_makes_codes_that_enroll_and_revokes_them(make_api):
 
 def test_the_url_follows_fleet_public_url(make_api):
     api = make_api(public_url="http://192.168.1.20:8000")
-    made = api.http.post("/v1/admin/join-codes", json={"minutes": 60, "max_devices": 2}, headers=ADMIN_HEADERS)
-    body = made.json()
+    asked = {"minutes": 60, "max_devices": 2}
+    body = api.http.post("/v1/admin/join-codes", json=asked, headers=ADMIN_HEADERS).json()
     assert body["url"] == f"http://192.168.1.20:8000/device/#join={body['code']}"
 
 

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.console import actions, auth, models, pages
+from server.console import actions, auth, join, models, pages
 from server.console.accounts import Accounts
 from server.console.origin import SameOriginPosts
 from server.console.web import ConsoleState, LoginRequired, login_url
@@ -84,7 +84,7 @@ def install(app: FastAPI) -> None:
         return Response(PLOTLY_JS.read_bytes(), media_type="text/javascript", headers=headers)
 
     app.mount("/admin/static", StaticFiles(directory=STATIC), name="console-static")
-    for router in (auth.router, pages.router, actions.router, models.router):
+    for router in (auth.router, pages.router, actions.router, models.router, join.router):
         app.include_router(router, prefix="/admin")
 
     @app.exception_handler(LoginRequired)

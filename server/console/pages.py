@@ -19,7 +19,7 @@ from server.console.models import page_data
 from server.console.sentences import audit_sentence, innermost, panels, strategy_summary
 from server.console.web import Session, console_state, coordinator_of, render
 from server.core.devices import DeviceRegistry
-from server.core.enrollment import BOOTSTRAP, EnrollmentKey
+from server.core.enrollment import BOOTSTRAP_KEY
 from server.core.errors import CoordinatorError
 from server.core.lineage import MAX_NOTE
 from server.settings import LIVE_SETTINGS, Settings
@@ -171,11 +171,10 @@ async def render_settings(request: Request, status_code: int = 200, **context: A
 def key_rows(devices: DeviceRegistry) -> list[dict[str, Any]]:
     """The Enrollment keys panel's rows: the bootstrap key, then the stored keys, each with the devices it
     enrolled (revoked ones included: they keep their slot) against its quota. Two queries: the keys and
-    one grouped count."""
+    one grouped count. Join codes (keys that expire) are the Join a phone page's (server/console/join.py)."""
     counts = devices.devices_per_key()
-    bootstrap = EnrollmentKey(BOOTSTRAP, "bootstrap (FLEET_ENROLLMENT_KEY)", 0.0, "", None)
     rows = []
-    for key in [bootstrap, *devices.enrollment_keys()]:
+    for key in [BOOTSTRAP_KEY, *(k for k in devices.enrollment_keys() if k.expires_at is None)]:
         enrolled, quota = counts.get(key.key_id, 0), devices.quota(key)
         full = quota is not None and enrolled >= quota
         rows.append({"key": key, "enrolled": enrolled, "quota": quota, "own": key.max_devices, "full": full})

@@ -57,6 +57,10 @@ SENTENCES: dict[str, Callable[[Detail], str]] = {
     "settings_changed": _settings,
     "enrollment_key_created": lambda d: f"created the enrollment key “{d.get('name')}” ({d.get('key_id')})",
     "enrollment_key_revoked": lambda d: f"revoked the enrollment key {d.get('key_id')}",
+    "join_code_created": lambda d: (
+        f"created a join code ({d.get('key_id')}) for up to {d.get('max_devices')} phones, valid "
+        f"{d.get('minutes')} min"
+    ),
     "device_revoked": lambda d: f"revoked device {d.get('device_id')}: its token stopped working",
     "version_promoted": lambda d: (
         f"promoted version {(d.get('new') or {}).get('params_of', '?')}: {_head(d.get('new'))} is the head "

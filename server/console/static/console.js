@@ -1,7 +1,8 @@
 // Fleet console: draws each [data-chart] with Plotly from /admin/charts/<name>, fills [data-field] from
 // /admin/data/overview.json, refills each [data-live] region from a fresh copy of the page (tables.js),
 // refreshes all three every few seconds while the tab is visible, and asks for confirmation on forms
-// that carry data-confirm. Nothing else: the pages work as plain HTML.
+// that carry data-confirm, and counts down each [data-expires-in] (seconds left when the page was made,
+// so the machine's own clock does not matter). Nothing else: the pages work as plain HTML.
 "use strict";
 const REFRESH_MS = 3000;
 
@@ -49,6 +50,17 @@ async function refresh() {
   await Promise.all(work);
 }
 
+function countDown() {
+  const now = Date.now();
+  for (const el of document.querySelectorAll("[data-expires-in]")) {
+    if (!el.dataset.seenAt) el.dataset.seenAt = String(now); // a live refresh brings fresh elements
+    const left = Math.round(Number(el.dataset.expiresIn) - (now - Number(el.dataset.seenAt)) / 1000);
+    if (Number.isNaN(left)) continue;
+    const pad = (n) => String(n).padStart(2, "0");
+    el.textContent = left <= 0 ? "no time" : `${Math.floor(left / 60)}:${pad(left % 60)}`;
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   // delegated, so that forms a live refresh brings in ask too
   document.addEventListener("submit", (event) => {
@@ -58,6 +70,10 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const el of document.querySelectorAll("[data-format='pct']")) {
     const value = parseFloat(el.textContent);
     if (!Number.isNaN(value)) el.textContent = formatValue(el, value);
+  }
+  if (document.querySelector("[data-expires-in]")) {
+    countDown();
+    setInterval(countDown, 1000);
   }
   if (document.querySelector("[data-chart], [data-overview], [data-live]")) {
     refresh();
