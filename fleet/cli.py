@@ -275,6 +275,13 @@ def demo(
         str, typer.Option(help="mnist, or drift: a recommender stream (fleet/demo_drift.py)")
     ] = "mnist",
     seconds_per_hour: Annotated[float, typer.Option(min=0.1, help="drift: real s per simulated hour")] = 4.0,
+    phones: Annotated[
+        bool,
+        typer.Option(
+            help="real phones join by a QR code (the coordinator listens on the network); "
+            "training goes on past the target"
+        ),
+    ] = False,
 ) -> None:
     """Train a model on non-IID MNIST (or, --scenario drift, a drifting recommender stream) with a fleet
     of emulated phones through the real REST API."""
@@ -282,6 +289,8 @@ def demo(
 
     from fleet.demo import DemoConfig, run_demo
 
+    if scenario == "drift" and phones:
+        raise typer.BadParameter("phones join the MNIST demo (the default scenario)", param_hint="--phones")
     if scenario == "drift":  # fleet/demo_drift.py: --minutes of a recommender stream, no MNIST options
         from fleet.demo_drift import DriftConfig, run_drift
 
@@ -309,6 +318,7 @@ def demo(
                 attack=attack.lower(),  # --attack ALIE, as the papers write it
                 kardam=kardam,
                 robust=robust,
+                phones=phones,
             )
         )
     )

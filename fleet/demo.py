@@ -25,6 +25,7 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from fleet import demo_phones
 from fleet.demo_dp import DPPlan, dp_verdict, plan_dp
 from fleet.demo_summary import privacy_table, summary_table
 from server.strategies.trusted_score import RECOMMENDED_DEFENCE
@@ -60,6 +61,7 @@ class DemoConfig:
     attack: str = "sign-flip"
     kardam: bool = False  # FLEET_KARDAM: Kardam's filters around the strategy (server/strategies/kardam.py)
     robust: bool = False  # the recommended robust configuration (ROBUST below), on trusted.npz
+    phones: bool = False  # real phones join by a QR code (fleet/demo_phones.py); training goes on past target
 
     def __post_init__(self) -> None:
         if not 0 <= self.attackers <= self.devices:
@@ -119,7 +121,7 @@ def _server_env(
         "FLEET_EVAL_DATA": str(cfg.workdir / "data" / "test.npz"),
         "FLEET_EVAL_EVERY_VERSIONS": "25",
         "FLEET_EVAL_INTERVAL_S": "2",
-        "FLEET_TARGET_ACCURACY": str(cfg.target),
+        **({} if cfg.phones else {"FLEET_TARGET_ACCURACY": str(cfg.target)}),  # --phones: trains on
         **({"FLEET_KARDAM": "true"} if cfg.kardam else {}),
         **(
             {"FLEET_WRAPPERS": json.dumps([{**ROBUST, "data": str(trusted_path(cfg))}])} if cfg.robust else {}
@@ -206,6 +208,8 @@ def run_demo(cfg: DemoConfig) -> int:
     enrollment_key, admin_token = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     console_password = secrets.token_urlsafe(12)
     base = f"http://127.0.0.1:{cfg.port}"
+    public = demo_phones.public_url(cfg.port, console) if cfg.phones else None
+    host = demo_phones.ANY_ADDRESS if cfg.phones else "127.0.0.1"
     login = f"console: [link]{base}/admin[/link]  user [bold]admin[/]  password [bold]{console_password}[/]"
     log = (cfg.workdir / "server.log").open("wb")
     device_log = logging.FileHandler(cfg.workdir / "devices.log")
@@ -213,9 +217,14 @@ def run_demo(cfg: DemoConfig) -> int:
     client_logger = logging.getLogger("fleet.client")
     client_logger.addHandler(device_log)
     client_logger.propagate = False  # keep device retries out of the progress display
+    env = {**_server_env(cfg, enrollment_key, admin_token, console_password), **dp_env}
+    if public is not None:
+        env.pop("FLEET_TARGET_ACCURACY", None)  # the emulated phones stop at the target, training does not
+        env["FLEET_PUBLIC_URL"] = public
     server = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "serve", "--port", str(cfg.port), "--log-level", "warning"],
-        env={**_server_env(cfg, enrollment_key, admin_token, console_password), **dp_env},
+        [sys.executable, "-m", "fleet.cli", "serve", "--host", host, "--port", str(cfg.port)]
+        + ["--log-level", "warning"],
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -224,6 +233,11 @@ def run_demo(cfg: DemoConfig) -> int:
     try:
         _wait_ready(base, server)
         console.print("Watch it live in the " + login)
+        joined = demo_phones.create_join_code(base, admin_token) if cfg.phones else None
+        if joined is not None:
+            demo_phones.show_join(console, joined)
+        else:
+            console.print(demo_phones.HINT)
         started = time.monotonic()  # training starts now: the times reported exclude the server's start-up
         threads, workers = [], []
         for i, config in enumerate(worker_configs(cfg, shards, base, enrollment_key)):
@@ -249,6 +263,8 @@ def run_demo(cfg: DemoConfig) -> int:
             if verdict:
                 console.print(f"[bold]{verdict}[/]")
         console.print(f"Logs: {cfg.workdir / 'server.log'}, {cfg.workdir / 'devices.log'}")
+        if joined is not None:
+            console.print(f"Phones can still join while the coordinator stays up: {joined['url']}")
         _linger(console, cfg, login)
         return 0 if reached is not None or dp_env else 1  # under DP: whatever accuracy the budget allows
     finally:
@@ -288,7 +304,8 @@ def _watch(
     started: float,
     threads: list[threading.Thread],
 ) -> float | None:
-    """Live progress until the target, the time limit, or every device stopped; returns time to 0.90."""
+    """Live progress until the target, the time limit, or every device stopped; returns time to 0.90. With
+    --phones the coordinator has no target: the emulated phones stop when the evaluation reaches it."""
     headers = {"Authorization": f"Bearer {admin_token}"}
     reached = None
     columns = (
@@ -318,6 +335,8 @@ def _watch(
                 ),
             )
             if stats["status"] == "finished" or _budgets_spent(base, headers, cfg):
+                break
+            if cfg.phones and accuracy >= cfg.target:
                 break
     return reached
 
