@@ -97,6 +97,10 @@ def test_secrets_are_masked_and_links_parsed() -> None:
     assert parse_enrollment_link("https://f.example/join?enrollment_key=xyz") == ("https://f.example", "xyz")
     assert parse_enrollment_link("https://f.example/join") is None
     assert parse_enrollment_link("fleet://enroll?key=abc") is None  # no coordinator in the link
+    join = "http://192.168.1.20:8000/device/#join=7K3M-QX9B-2HWD-N4TF-8RZ0"  # a console join code's link
+    assert parse_enrollment_link(join) == ("http://192.168.1.20:8000", "7K3M-QX9B-2HWD-N4TF-8RZ0")
+    assert parse_enrollment_link("https://f.example/fleet/device/#join=C") == ("https://f.example/fleet", "C")
+    assert parse_enrollment_link("https://f.example/device/") is None
     moved = settings.with_server("https://g.example", "sesame")
     assert moved.device_token == "" and moved.token_server == ""
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from client._state import write_json_atomic
 
@@ -74,20 +74,32 @@ def url_problem(url: str) -> str | None:
 def parse_enrollment_link(text: str) -> tuple[str, str] | None:
     """(coordinator URL, enrollment key) from a pasted link, or None if ``text`` is not one.
 
-    Accepted: ``fleet://enroll?server=https://host:8000&key=KEY`` and any http(s) link with a ``key``
-    (or ``enrollment_key``) query value, whose own origin is the coordinator unless ``server`` says.
+    Accepted: ``fleet://enroll?server=https://host:8000&key=KEY``, any http(s) link with a ``key``
+    (or ``enrollment_key``) query value, whose own origin is the coordinator unless ``server`` says, and
+    a console join code's link, ``https://host:8000/device/#join=CODE`` (the coordinator: what precedes
+    /device/).
     """
     parts = urlsplit(text.strip())
     query = parse_qs(parts.query)
     key = (query.get("key") or query.get("enrollment_key") or [""])[0]
     if not key:
-        return None
+        return _join_link(parts)
     server = (query.get("server") or [""])[0]
     if not server and parts.scheme in ("http", "https") and parts.netloc:
         server = f"{parts.scheme}://{parts.netloc}"
     if not server or url_problem(server):
         return None
     return server.rstrip("/"), key
+
+
+def _join_link(parts: SplitResult) -> tuple[str, str] | None:
+    """(coordinator URL, code) of ``<coordinator>/device/#join=<code>``, else None."""
+    code = (parse_qs(parts.fragment).get("join") or [""])[0]
+    head, device, _ = parts.path.rpartition("/device/")
+    if not code or not device or parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    server = f"{parts.scheme}://{parts.netloc}{head}"
+    return None if url_problem(server) else (server, code)
 
 
 def load_settings(folder: Path) -> AppSettings:
