@@ -244,7 +244,7 @@ def test_every_page_at_both_widths(browser, fleet: Fleet, tmp_path: Path):
     out.mkdir(parents=True, exist_ok=True)
     pages = {
         "overview": "/admin", "learning": "/admin/learning", "devices": "/admin/devices",
-        "device-model": "/admin/devices/models/Pixel%200", "models": "/admin/models",
+        "device-model": "/admin/devices/models/Pixel%200", "join": "/admin/join", "models": "/admin/models",
         "settings": "/admin/settings", "privacy": "/admin/privacy", "audit": "/admin/audit",
     }  # fmt: skip
     for width, height in ((1280, 900), (390, 844)):
@@ -318,7 +318,7 @@ def test_every_navigation_link_fits_a_390_px_screen(browser, fleet: Fleet):
     log_in(tab)
     links = tab.locator("header nav a")
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
-    assert len(hrefs) == 7
+    assert len(hrefs) == 8
     for href in hrefs:
         tab.goto("/admin")
         link = tab.locator(f'header nav a[href="{href}"]')
