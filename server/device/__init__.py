@@ -88,8 +88,9 @@ class DeviceFiles(StaticFiles):
         packed = full.with_name(full.name + ".gz")
         if "gzip" in request.get("accept-encoding", "") and packed.is_file():
             headers = {**HEADERS, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+            # its own ETag (from its own stat): the two encodings are two representations
             response: Response = FileResponse(
-                packed, status_code=status_code, headers=headers, media_type=media_type
+                packed, status_code, headers, media_type, stat_result=packed.stat()
             )
         else:
             headers = {**HEADERS, "Vary": "Accept-Encoding"} if packed.is_file() else HEADERS

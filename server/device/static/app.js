@@ -91,7 +91,7 @@ async function predict({ trainer, compute }, image) {
   return probs;
 }
 
-function hooks({ store, trainer, compute, probe, sw }) {
+function hooks({ store, trainer, compute, probe, pad, sw }) {
   return {
     addSamples: (images, labels) => store.addSamples(images, labels),
     addSampleBytes: (base64, labels) => {
@@ -105,6 +105,7 @@ function hooks({ store, trainer, compute, probe, sw }) {
     frameGaps: () => probe.snapshot(),
     clearFrameGaps: () => probe.clear(),
     imageOf: (strokes) => Array.from(strokesToImage(strokes)),
+    padImage: () => Array.from(pad.image()),
     /** The active model's loss and gradient at `params` on (x, y), computed by the page's worker. */
     gradient: async ({ params, x, y }) => {
       const info = await trainer.api.activeModel();
@@ -114,6 +115,16 @@ function hooks({ store, trainer, compute, probe, sw }) {
       return { loss: out.loss, gradient: Array.from(out.gradient), computeMs: out.computeMs };
     },
     predict: async (image) => Array.from(await predict({ trainer, compute }, image)),
+    /** Resolves once the trainer is in `phase` (e.g. 'computing': a test cuts the network mid-task). */
+    when: (phase) => new Promise((resolve) => {
+      const check = () => {
+        if (trainer.status.phase !== phase) return;
+        trainer.removeEventListener('status', check);
+        resolve(true);
+      };
+      trainer.addEventListener('status', check);
+      check();
+    }),
     setCode: (code) => trainer.setCode(code),
     start: () => trainer.start(),
     pause: () => trainer.pause(),
@@ -154,7 +165,7 @@ async function boot() {
   else trainer.start();
   render();
   const sw = registerServiceWorker();
-  window.fleetDevice = hooks({ store, trainer, compute, probe, sw });
+  window.fleetDevice = hooks({ store, trainer, compute, probe, pad, sw });
   document.body.dataset.ready = 'true';
 }
 

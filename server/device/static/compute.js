@@ -9,6 +9,10 @@ export class Compute {
     this.busy = 0; // calls in flight (the frame-gap probe records whether a computation was running)
     this.failure = null;
     this.ready = new Promise((resolve) => { this.markReady = resolve; });
+    this.spawn();
+  }
+
+  spawn() {
     this.worker = new Worker(new URL('./compute-worker.js', import.meta.url), { type: 'module' });
     this.worker.onmessage = ({ data }) => this.answer(data);
     this.worker.onerror = (event) => {
@@ -16,6 +20,17 @@ export class Compute {
       this.fail(`ONNX Runtime Web could not be loaded in the compute worker (${event.message || 'a missing or '
         + 'blocked file'}): the server may need \`make vendor\``);
     };
+  }
+
+  /** A fresh worker after ONNX Runtime failed to start its backend (a wasm download cut short, say): the
+   * runtime remembers such a failure, so only a new worker tries again. */
+  restart() {
+    this.worker.terminate();
+    for (const call of this.calls.values()) call.reject(new Error('the compute worker was restarted'));
+    this.calls.clear();
+    this.loaded.clear();
+    this.busy = 0;
+    this.spawn();
   }
 
   answer(data) {
@@ -28,8 +43,12 @@ export class Compute {
     if (!call) return;
     this.calls.delete(data.id);
     this.busy -= 1;
-    if (data.error) call.reject(new Error(data.error));
-    else call.resolve(data.result);
+    if (data.error) {
+      call.reject(new Error(data.error));
+      if (/backend/i.test(data.error)) this.restart();
+    } else {
+      call.resolve(data.result);
+    }
   }
 
   fail(message) {
