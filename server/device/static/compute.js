@@ -84,7 +84,7 @@ export class Compute {
   /** {loss, gradient: Float32Array, computeMs} of the training graph on (x, y) at `params`. */
   async gradient({ modelId, manifest, graph, params, x, y }) {
     const key = await this.ensure(modelId, 'train', graph);
-    return this.call('gradient', { key, manifest, params, x, y });
+    return this.call('gradient', { key, manifest, params, x, y }, [x.buffer]); // the batch moves, uncopied
   }
 
   /** {probs: Float32Array} of the inference graph on images x at `params`. */

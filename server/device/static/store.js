@@ -85,7 +85,8 @@ export class Store extends EventTarget {
       const y = Number(labels[i]);
       if (!Number.isInteger(y) || y < 0 || y > 9) throw new Error(`label must be a digit 0-9, got ${labels[i]}`);
       if (image.length !== PIXELS) throw new Error(`an image has ${PIXELS} pixels, got ${image.length}`);
-      return { x: image instanceof Uint8Array ? image : toBytes(image), y, at: Date.now() };
+      // a copy of its own 784 bytes: IndexedDB stores a view's whole underlying buffer
+      return { x: image instanceof Uint8Array ? image.slice() : toBytes(image), y, at: Date.now() };
     });
     const tx = this.db.transaction('samples', 'readwrite');
     const store = tx.objectStore('samples');

@@ -27,7 +27,7 @@ export class Trainer extends EventTarget {
     this.wakeUp = null;
     this.status = { phase: 'starting', detail: '', retryAt: null, reason: null, deviceId: null, tasks: 0,
       modelId: null, modelName: null, version: null, lastComputeMs: null, lastBatch: null, lastLoss: null,
-      lastEnergy: null, dropped: 0 };
+      lastEnergy: null, dropped: 0, firstTaskMs: null };
     store.addEventListener('samples', () => this.wake());
     addEventListener('online', () => this.wake());
   }
@@ -200,6 +200,7 @@ export class Trainer extends EventTarget {
     this.reenrolled = false;
     const tasks = this.status.tasks + 1;
     await this.store.set('tasks', tasks);
+    if (this.status.firstTaskMs === null) this.update({ firstTaskMs: performance.now() }); // since the page opened
     this.update({ phase: 'trained', detail: `Task done: the model is at version ${outcome.version}.`, tasks,
       version: outcome.version, lastComputeMs: out.computeMs, lastBatch: y.length, lastLoss: out.loss, lastEnergy: energy });
   }

@@ -35,6 +35,7 @@ export function renderStatus(status, { running, battery, samples }) {
   let detail = status.detail || '';
   if (status.retryAt && ['waiting', 'offline', 'error'].includes(status.phase)) {
     const left = Math.max(0, (status.retryAt - Date.now()) / 1000);
+    if (detail && !/[.!?:]$/.test(detail)) detail += '.';
     detail += ` Next try in ${left < 10 ? left.toFixed(1) : Math.round(left)} s.`;
   }
   field('detail', detail);
