@@ -166,6 +166,7 @@ def test_five_phones_train_the_cnn_to_80_percent(phones: Phones, coordinator: Co
     assert f"{bd.PHONES[0]} (browser)" in models
     out = Path(os.environ.get("FLEET_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
+    bd.draw(phones.pages[0], [[(90, 70), (230, 68), (236, 74), (150, 260)], [(120, 165), (210, 165)]])  # a 7
     phones.pages[0].screenshot(path=out / "browser-device.png")
 
 

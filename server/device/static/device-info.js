@@ -70,6 +70,7 @@ export class Battery extends EventTarget {
 
   describe() {
     const now = this.read();
+    if (!now && !window.isSecureContext) return 'Not readable over plain http (the Battery Status API needs https).';
     if (!now) return 'This browser does not expose the battery.';
     return `${Math.round(now.level * 100)}%${now.charging ? ', charging' : ', on battery'}`;
   }

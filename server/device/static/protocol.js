@@ -146,6 +146,12 @@ export class Api {
       : Float32Array.from({ length: numParams }, (_, i) => view.getFloat32(i * 4, true));
   }
 
+  /** POST /v1/tasks/{id}/decline: give a task back unrun (terms this page cannot compute). */
+  async decline(taskId, reason, detail) {
+    const url = `/v1/tasks/${encodeURIComponent(taskId)}/decline`;
+    await this.request('POST', url, { json: { reason, detail: detail.slice(0, 500) } });
+  }
+
   /** POST /v1/tasks/{id}/result: the raw float32 body, the meta as compact JSON in Fleet-Meta. */
   async push(taskId, meta, gradient) {
     const headers = { 'Content-Type': 'application/octet-stream', 'Fleet-Meta': JSON.stringify(meta) };

@@ -179,6 +179,12 @@ export class Trainer extends EventTarget {
     const grant = await this.api.requestTask({
       deviceModel: this.deviceModel, features: this.features(), labelCounts: counts, localExamples: examples,
     });
+    if (grant.dp) { // terms (DP-SGD, a local SGD round) this page does not implement: given back, as the client does
+      const detail = `the browser device cannot run ${grant.dp.mechanism || 'these'} terms`;
+      await this.api.decline(grant.task_id, 'terms_unrunnable', detail).catch(() => null); // its lease lapses anyway
+      throw new FleetError(`Declined a task: ${detail}.`, { kind: 'declined' });
+    }
+    if (grant.model_id !== this.active?.model_id) this.active = null; // another model now: look again next time
     const { manifest, train } = await this.modelFiles(grant.model_id, grant);
     const params = await this.api.params(
       grant.params_url || `/v1/models/${grant.model_id}/versions/${grant.version}/params`, manifest.num_params);
@@ -265,7 +271,7 @@ export class Trainer extends EventTarget {
       this.update({ phase: 'enrolling', detail: 'The token was refused; joining again.' });
       return null;
     }
-    this.errors += 1;
+    this.errors += 1; // (a declined task counts too: the same terms come back, so the waits grow)
     if (exc?.status === 422 || exc?.status === 404) this.active = null; // the active model may have changed
     const delay = backoff(this.errors);
     const offline = exc?.reason === 'offline';

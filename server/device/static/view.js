@@ -2,8 +2,8 @@
 
 const PHASES = {
   starting: 'Starting…', needs_code: 'Not enrolled', code: 'Join code refused', enrolling: 'Joining',
-  no_data: 'Waiting for your drawings', asking: 'Asking for a task', computing: 'Computing',
-  pushing: 'Sending', trained: 'Training', waiting: 'Waiting', offline: 'Offline', error: 'Problem',
+  no_data: 'Waiting for your drawings', asking: 'Training', computing: 'Training', pushing: 'Training',
+  trained: 'Training', waiting: 'Waiting', offline: 'Offline', error: 'Problem',
   dropped: 'Task dropped', dp: 'Not training', finished: 'Training finished', refused: 'Refused',
   paused: 'Paused on this device', broken: 'Cannot train here',
 };
@@ -28,7 +28,8 @@ function seconds(ms) {
 }
 
 export function renderStatus(status, { running, battery, samples }) {
-  const phase = running || !['asking', 'computing', 'pushing'].includes(status.phase) ? status.phase : 'paused';
+  // stopped by the user (a task under way still finishes): "paused", unless it stopped for a reason of its own
+  const phase = running || ['finished', 'refused', 'broken'].includes(status.phase) ? status.phase : 'paused';
   const reason = status.phase === 'waiting' && status.reason ? `: ${REASONS[status.reason] || status.reason}` : '';
   field('phase', (PHASES[phase] || phase) + reason);
   document.body.dataset.phase = phase;
