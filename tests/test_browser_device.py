@@ -268,6 +268,49 @@ def test_a_pause_is_waited_out_then_training_goes_on(phones: Phones, coordinator
     bd.wait_state(page, lambda s: s["tasks"] >= waiting["tasks"] + 3, 60, "training after the resume")
 
 
+def test_a_rate_limit_is_waited_out_and_a_lost_answer_is_pushed_again(browser, coordinator: Coordinator):
+    """A 429 with Retry-After on a task request; a push the coordinator took whose answer never arrived:
+    the page waits, then sends the very same body again (the coordinator answers it as a duplicate)."""
+    context = bd.phone_context(browser, coordinator.url, bd.PHONES[5], service_workers="block")
+    refused: list[int] = []
+    bodies: list[bytes] = []
+
+    def task_request(route) -> None:
+        if not refused:
+            refused.append(1)
+            headers = {"Retry-After": "2"}
+            route.fulfill(status=429, headers=headers, json={"detail": "request rate limit exceeded"})
+        else:
+            route.continue_()
+
+    def push(route) -> None:
+        bodies.append(route.request.post_data_buffer)
+        if len(bodies) == 1:
+            answer = route.fetch()  # the coordinator takes it...
+            assert answer.status == 200
+            route.abort("connectionreset")  # ...and the answer is lost on the way back
+        else:
+            route.continue_()
+
+    context.route("**/v1/tasks", task_request)
+    context.route("**/v1/tasks/*/result", push)
+    errors: list[str] = []
+    try:
+        page = bd.open_device(context, join=ENROLL, errors=errors)
+        bd.seed_shard(page, coordinator.shards[0])
+        waiting = bd.wait_state(page, lambda s: s["reason"] == "rate_limited", 30, "the 429 to be shown")
+        assert (
+            waiting["phase"] == "waiting"
+            and "asking too often" in page.locator('[data-field="phase"]').inner_text()
+        )
+        bd.wait_state(page, lambda s: s["tasks"] >= 3, 60, "tasks after the 429 and the lost answer")
+        assert len(bodies) >= 4 and bodies[0] == bodies[1]  # the same gradient, byte for byte, sent again
+        assert bodies[2] != bodies[1]  # then the next task
+    finally:
+        context.close()
+    assert not errors, errors
+
+
 def test_the_page_keeps_drawing_frames_while_the_worker_computes(phones: Phones, coordinator: Coordinator):
     """Generous on purpose (a shared 2-CPU machine): the page never freezes for a second. The lab's browser
     benchmark reports the percentiles against the 50 ms target."""

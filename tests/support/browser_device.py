@@ -30,8 +30,9 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
 
 
-def phone_context(browser: Any, base_url: str, model: str = PHONES[0]) -> Any:
-    """A fresh browser profile shaped like an Android phone: 390×844, touch, mobile, Chrome's user agent."""
+def phone_context(browser: Any, base_url: str, model: str = PHONES[0], service_workers: str = "allow") -> Any:
+    """A fresh browser profile shaped like an Android phone: 390×844, touch, mobile, Chrome's user agent
+    (``service_workers="block"``: Playwright's routes then see every request)."""
     return browser.new_context(
         viewport=PHONE_VIEWPORT,
         device_scale_factor=2,
@@ -39,6 +40,7 @@ def phone_context(browser: Any, base_url: str, model: str = PHONES[0]) -> Any:
         is_mobile=True,
         user_agent=CHROME_UA.format(model=model),
         base_url=base_url,
+        service_workers=service_workers,
     )
 
 

@@ -218,7 +218,7 @@ export class Trainer extends EventTarget {
       try {
         return await this.api.push(grant.task_id, meta, gradient);
       } catch (exc) {
-        if (exc.kind === 'gone' || exc.status === 404) {
+        if (exc.status === 410 || exc.status === 404) { // lease over, model finished or replaced, grant lost
           throw new FleetError(`task dropped (${exc.message}); asking for another`, { kind: 'dropped', status: exc.status });
         }
         if (exc.kind === 'auth' && attempt === 1) {
@@ -231,9 +231,10 @@ export class Trainer extends EventTarget {
           throw new FleetError('the task\'s lease ended before its push got through; asking for another', { kind: 'dropped' });
         }
         const delay = exc.kind === 'rejected' ? exc.retryAfter : backoff(attempt);
-        const why = exc.reason === 'offline' ? 'offline' : exc.message;
-        await this.wait(exc.reason === 'offline' ? 'offline' : 'waiting', `Push not through (${why}): sending it again.`,
-          delay, exc.reason);
+        const offline = exc.reason === 'offline';
+        const phase = offline ? 'offline' : exc.kind === 'rejected' ? 'waiting' : 'error';
+        await this.wait(phase, `Push not through (${offline ? 'offline' : exc.message}): sending it again.`,
+          delay, exc.kind === 'rejected' ? exc.reason : null);
         if (!this.running) throw new FleetError('stopped while pushing', { kind: 'stopped' });
       }
     }
