@@ -232,16 +232,26 @@ def test_a_reload_keeps_the_device_its_drawings_and_its_training(phones: Phones)
 
 
 def test_offline_mid_task_then_back(phones: Phones):
+    """Offline for a few seconds mid-task, a reload while offline (the service worker serves the app and the
+    runtime from its cache), then back: the page pushes again, as the same device with the same drawings."""
     page, context = phones.pages[2], phones.contexts[2]
     bd.wait_state(page, lambda s: s["tasks"] > 0, 60, "a first task")
+    bd.wait_js(page, "navigator.serviceWorker.controller !== null", 30, "the service worker to take the page")
     page.evaluate("fleetDevice.when('computing')")  # a task is granted and computing: cut the network now
     context.set_offline(True)
     try:
         cut = bd.state(page)
-        offline = bd.wait_state(page, lambda s: s["phase"] == "offline", 30, "the page to notice")
+        bd.wait_state(page, lambda s: s["phase"] == "offline", 30, "the page to notice")
         time.sleep(3)
         assert bd.state(page)["tasks"] <= cut["tasks"] + 1  # nothing gets through while offline
         assert "offline" in page.locator('[data-field="phase"]').inner_text().lower()
+        page.reload()
+        bd.wait_ready(page)
+        offline = bd.wait_state(page, lambda s: s["phase"] == "offline", 30, "the page reloaded offline")
+        assert offline["deviceId"] == cut["deviceId"] and offline["samples"] == cut["samples"]
+        bd.wait_js(page, "fleetDevice.state().runtime", 30, "the runtime module, from the cache")
+        cached = "caches.match('/device/vendor/ort-wasm-simd-threaded.wasm').then((r) => Boolean(r))"
+        assert page.evaluate(cached)
     finally:
         context.set_offline(False)
     back = bd.wait_state(page, lambda s: s["tasks"] >= offline["tasks"] + 3, 60, "pushes after coming back")
