@@ -15,7 +15,7 @@ LOCK_VENV ?= .venv-lock
 PIP_TOOLS := pip-tools==7.6.2
 COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 
-.PHONY: demo test test-all test-postgres lint serve app lock upgrade-lock clean
+.PHONY: demo test test-all test-postgres lint serve app vendor lock upgrade-lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,27 @@ $(VENV)/.dev: $(LOCK) pyproject.toml $(VENV)/.runtime
 	$(PIP) -c $(LOCK) -e ".[server,client,export,dev,app,ray]"
 	touch $@
 
-demo: $(VENV)/.runtime
+# The browser device (server/device, docs/browser-device.md) trains with ONNX Runtime Web, pinned exactly in
+# web/device/package-lock.json: `npm ci` there, then only the three files the page loads are copied into the
+# gitignored server/device/static/vendor/, each with a gzip copy the coordinator sends to browsers that
+# accept it. Needs Node.js 18+ and npm (the registry, or npm's cache); reruns when the lock changes.
+DEVICE_WEB := web/device
+ORT_DIST := $(DEVICE_WEB)/node_modules/onnxruntime-web/dist
+VENDOR := server/device/static/vendor
+VENDOR_FILES := ort.wasm.min.mjs ort-wasm-simd-threaded.mjs ort-wasm-simd-threaded.wasm
+
+$(VENDOR)/.built: $(DEVICE_WEB)/package.json $(DEVICE_WEB)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js 18+) is needed to vendor ONNX Runtime Web for /device/"; exit 1; }
+	npm ci --prefix $(DEVICE_WEB) --ignore-scripts --no-audit --no-fund --silent
+	rm -rf $(VENDOR) && mkdir -p $(VENDOR)
+	cd $(ORT_DIST) && cp $(VENDOR_FILES) $(CURDIR)/$(VENDOR)/
+	for f in $(VENDOR_FILES); do gzip -9 -n -k $(VENDOR)/$$f; done
+	cd $(DEVICE_WEB) && node -p "'onnxruntime-web ' + require('./node_modules/onnxruntime-web/package.json').version + ', MIT License, Copyright (c) Microsoft Corporation'" > $(CURDIR)/$(VENDOR)/VERSION.txt
+	touch $@
+
+vendor: $(VENDOR)/.built
+
+demo: $(VENV)/.runtime $(VENDOR)/.built
 	$(PY) -m fleet.cli demo
 
 # Two tiers (pytest's `slow` marker divides them; tests/conftest.py puts every PostgreSQL test in it):
@@ -51,10 +71,10 @@ $(XVFB):
 
 PYTEST := $(PY) -m pytest -q -ra --durations=15 --durations-min=0.5
 
-test: lint
+test: lint $(VENDOR)/.built
 	$(PYTEST) -m "not slow"
 
-test-all: lint $(CHROMIUM) $(XVFB)
+test-all: lint $(CHROMIUM) $(XVFB) $(VENDOR)/.built
 	$(PYTEST)
 
 # Only the PostgreSQL variants (part of `make test-all`): quick to rerun after a storage change.
@@ -66,7 +86,7 @@ lint: $(VENV)/.dev
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports
 
-serve: $(VENV)/.runtime
+serve: $(VENV)/.runtime $(VENDOR)/.built
 	$(PY) -m fleet.cli serve
 
 # The device app on this desktop (a Kivy window); android-build/ packages it for phones.

@@ -55,6 +55,7 @@ BENCHMARKS: dict[str, str] = {
     "dp": "lab.bench.dp_overhead",
     "scale-out": "lab.bench.scale_out",
     "ray": "lab.bench.ray_sim",
+    "browser": "lab.bench.browser",
 }
 ENTRIES: dict[str, str] = {**EXPERIMENTS, **BENCHMARKS}
 

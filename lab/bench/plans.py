@@ -173,3 +173,32 @@ class RayPlan(Plan):
 
 RAY_QUICK = RayPlan(quick=True, large="quick", small="quick", speedup_workers=(1, 2))
 RAY_FULL = RayPlan()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrowserPlan(Plan):
+    """`python -m lab run browser`: the browser device (/device/) in chromium, at phone size."""
+
+    devices: int = 5  # phone profiles training together to the target
+    target: float = 0.80
+    cap_s: float = 300.0  # time to the target is censored here
+    max_batch: int = 64  # the training run's coordinator (as tests/test_browser_device.py's)
+    gradient_batch: int = 64  # real digits for the browser-vs-Python gradient
+    gradient_repeats: int = 5
+    slo_ms: float = 500.0  # the frame-gap phase: one phone alone, the coordinator's batch at this SLO
+    slo_max_batch: int = 4000  # high enough that the SLO, not the cap, sets the batch
+    slo_examples: int = 4000  # the digits that phone holds
+    slo_warmup_tasks: int = 5  # tasks before frames are counted (I-Prof finds the batch)
+    slo_seconds: float = 40.0
+
+
+BROWSER_QUICK = BrowserPlan(
+    quick=True,
+    devices=3,
+    cap_s=150.0,
+    gradient_repeats=2,
+    slo_examples=2000,
+    slo_warmup_tasks=3,
+    slo_seconds=10.0,
+)
+BROWSER_FULL = BrowserPlan()

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from server import console
+from server import console, device
 from server.api import openapi
 from server.api.bodylimit import BodyLimit
 from server.api.errors import ADMIN_AUTH, STORAGE_DOWN
@@ -167,6 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     if settings.console:  # after the device API: a device's request is not matched against /admin's routes
         console.install(app)
+    device.install(app)  # the browser device's static page at /device/ (server/device)
     app.include_router(health.router)
     openapi.install(app)  # one error schema; the hand-written request forms' schemas
     _outer_guards(app, settings)
