@@ -15,7 +15,7 @@ LOCK_VENV ?= .venv-lock
 PIP_TOOLS := pip-tools==7.6.2
 COMPILE := $(LOCK_VENV)/bin/pip-compile -q --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links
 
-.PHONY: demo test test-all test-postgres lint serve app vendor lock upgrade-lock clean
+.PHONY: demo demo-phones test test-all test-postgres lint serve app vendor lock upgrade-lock clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ vendor: $(VENDOR)/.built
 
 demo: $(VENV)/.runtime $(VENDOR)/.built
 	$(PY) -m fleet.cli demo
+
+# The demo on the LAN address, with a join code's QR code for real phones' browsers (README: a phone in a minute).
+demo-phones: $(VENV)/.runtime $(VENDOR)/.built
+	$(PY) -m fleet.cli demo --phones
 
 # Two tiers (pytest's `slow` marker divides them; tests/conftest.py puts every PostgreSQL test in it):
 # `make test` is the everyday tier: ruff, the import contracts and the fast tests (units, the API in process on

@@ -16,6 +16,7 @@ from lab.render import fmt
 from lab.render import number as _num
 from lab.render import read_results as _load
 from lab.render import results_link as _link
+from lab.results_table_device import DEVICE_SECTIONS
 from lab.results_table_online import ONLINE_SECTIONS
 from lab.results_table_privacy import PRIVACY_SECTIONS
 from lab.results_table_robust import ROBUST_SECTIONS
@@ -323,6 +324,7 @@ SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     *ROBUST_SECTIONS,
     *SEED_SECTIONS,
     *PRIVACY_SECTIONS,
+    *DEVICE_SECTIONS,
 )
 
 

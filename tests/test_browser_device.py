@@ -348,3 +348,33 @@ def test_the_page_keeps_drawing_frames_while_the_worker_computes(phones: Phones,
     finally:
         for other in phones.pages:
             other.evaluate("fleetDevice.start()")
+
+
+def test_a_phone_joins_by_its_join_link_and_a_revoked_code_is_explained(browser, coordinator: Coordinator):
+    """The console's QR code holds the join link: opening it is the whole set-up. Revoking the code stops
+    new phones joining with it, and says so on their page, while the phone that joined trains on."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    made = httpx.post(
+        f"{coordinator.url}/v1/admin/join-codes", json={"minutes": 5, "max_devices": 2}, headers=admin
+    ).json()
+    assert made["url"] == f"{coordinator.url}/device/#join={made['code']}"
+    joined, late = (bd.phone_context(browser, coordinator.url, bd.PHONES[5]) for _ in range(2))
+    errors: list[str] = []
+    page = joined.new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(made["url"])  # what scanning the QR code opens
+    bd.wait_ready(page)
+    with np.load(coordinator.shards[0]) as shard:
+        bd.seed(page, shard["x"][:32], shard["y"][:32])
+    first = bd.wait_state(page, lambda s: s["tasks"] >= 1, 90.0, "a task from the join link")
+    revoked = httpx.post(f"{coordinator.url}/v1/admin/enrollment-keys/{made['key_id']}/revoke", headers=admin)
+    assert revoked.status_code == 204
+    refused = late.new_page()
+    refused.goto(made["url"])
+    bd.wait_ready(refused)
+    told = bd.wait_state(refused, lambda s: s["phase"] in ("code", "needs_code"), 30.0, "the refusal")
+    assert "not valid" in told["detail"] and told["deviceId"] is None
+    bd.wait_state(page, lambda s: s["tasks"] > first["tasks"], 60.0, "training after the code was revoked")
+    for context in (joined, late):
+        context.close()
+    assert not errors, errors

@@ -122,7 +122,9 @@ export class Trainer extends EventTarget {
       if (exc.kind === 'auth') {
         this.enrollmentKey = null;
         await this.store.set('enrollment_key', null);
-        throw new FleetError('The join code was refused (expired or revoked): ask for a new one.', { kind: 'code' });
+        const why = exc.reason === 'enrollment_code_expired' ? 'This join code has expired'
+          : 'This join code is not valid (revoked, or mistyped)';
+        throw new FleetError(`${why}: ask the operator for a new one.`, { kind: 'code', reason: exc.reason });
       }
       throw exc;
     }
