@@ -17,7 +17,7 @@ from pydantic_core import to_jsonable_python
 
 from server.compose import apply_settings
 from server.console.pages import render_settings
-from server.console.web import CheckedSession, audit, console_state, coordinator_of
+from server.console.web import CheckedSession, Session, audit, console_state, coordinator_of
 from server.core.errors import CoordinatorError
 from server.ratelimit import apply_limits
 from server.settings import LIVE_SETTINGS, Settings, strategy_keys, with_overrides
@@ -218,6 +218,12 @@ def _quota(text: str) -> int | None | str:
 
 @router.post("/keys/{key_id}/revoke", include_in_schema=False)
 async def revoke_key(request: Request, session: CheckedSession, key_id: str) -> Response:
+    await revoke_stored_key(request, session, key_id)
+    return back("/admin/settings", f"enrollment key {key_id} revoked")
+
+
+async def revoke_stored_key(request: Request, session: Session, key_id: str) -> None:
+    """Revoke a stored enrollment key (a join code is one) as the signed-in user, audited; 404 if unknown."""
     try:
         await run_in_threadpool(
             lambda: coordinator_of(request).devices.revoke_enrollment_key(key_id, actor=session.username)
@@ -225,7 +231,6 @@ async def revoke_key(request: Request, session: CheckedSession, key_id: str) -> 
     except CoordinatorError as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     await audit(request, session, "enrollment_key_revoked", key_id=key_id)
-    return back("/admin/settings", f"enrollment key {key_id} revoked")
 
 
 @router.post("/devices/{device_id}/revoke", include_in_schema=False)

@@ -11,15 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import segno
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from markupsafe import Markup
 
-from server.console.actions import back
+from server.console.actions import back, revoke_stored_key
 from server.console.web import CheckedSession, Session, audit, console_state, coordinator_of, render
 from server.core.devices import DeviceRegistry
-from server.core.errors import CoordinatorError, InvalidInput
+from server.core.errors import InvalidInput
 from server.core.join_codes import DEFAULT_DEVICES, DEFAULT_MINUTES, MAX_DEVICES, MAX_MINUTES, MIN_MINUTES
 from server.core.ports import EnrollmentKey
 from server.join_links import installable, join_url, loopback, public_base
@@ -56,14 +56,8 @@ async def create_join_code(request: Request, session: CheckedSession) -> Respons
 
 @router.post("/join/{key_id}/revoke", include_in_schema=False)
 async def revoke_join_code(request: Request, session: CheckedSession, key_id: str) -> Response:
-    """The existing key revocation (``DeviceRegistry.revoke_enrollment_key``), back to this page."""
-    try:
-        await run_in_threadpool(
-            lambda: coordinator_of(request).devices.revoke_enrollment_key(key_id, actor=session.username)
-        )
-    except CoordinatorError as exc:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
-    await audit(request, session, "enrollment_key_revoked", key_id=key_id)
+    """The settings page's key revocation, back to this page."""
+    await revoke_stored_key(request, session, key_id)
     return back("/admin/join", f"join code {key_id} revoked: it enrolls no more phones")
 
 
