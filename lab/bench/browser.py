@@ -105,10 +105,13 @@ def train_to_target(browser: Any, plan: BrowserPlan, work: Path) -> tuple[dict[s
     from tests.support import browser_device as bd
 
     shards, test_path = write_shards(work / "data", devices=plan.devices, partition="iid", seed=1)
-    settings = dict(eval_every_versions=10, eval_interval_s=1, learning_rate=0.1, max_batch=plan.max_batch)
+    settings: dict[str, Any] = dict(eval_every_versions=10, eval_interval_s=1, max_batch=plan.max_batch)
+    if plan.learning_rate is not None:
+        settings["learning_rate"] = plan.learning_rate
     server = ServerProcess(work / "train", eval_data=test_path, time_slo_ms=500, **settings).start()
     try:
         model_id = httpx.get(f"{server.url}/v1/models/active").json()["model_id"]
+        running = server.admin("/v1/admin/stats").json()["strategy"] or {}  # its name and rate
         contexts = [bd.phone_context(browser, server.url, bd.PHONES[i]) for i in range(plan.devices)]
         requested: list[str] = []
         contexts[0].on("request", lambda r: requested.append(r.url) if r.method == "GET" else None)
@@ -150,6 +153,7 @@ def train_to_target(browser: Any, plan: BrowserPlan, work: Path) -> tuple[dict[s
         "best_accuracy": max((e["accuracy"] for e in evaluations), default=None),
         "versions": max((e["version"] for e in evaluations), default=0),
         "last_compute_ms": [s["lastComputeMs"] for s in states], "max_batch": plan.max_batch,
+        "strategy": running.get("strategy"), "learning_rate": running.get("learning_rate"),
         "accuracy_curve": [  # seconds since the phones joined (the last evaluation before it: at 0)
             [round(max(0.0, e["at"] - joined), 2), e["version"], e["accuracy"]] for e in curve
         ],

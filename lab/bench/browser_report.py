@@ -69,7 +69,8 @@ def report(r: dict[str, Any]) -> str:
         "",
         f"{t['devices']} phone profiles, each holding its IID shard of real MNIST "
         f"({', '.join(str(n) for n in t['examples_per_device'])} digits) in the page's store, joined at once",
-        f"(batch at most {t['max_batch']}, FedBuffEqual, learning rate 0.1; the coordinator evaluates every",
+        f"(batch at most {t['max_batch']}, {t.get('strategy') or 'FedBuffEqual'} at learning rate "
+        f"{t.get('learning_rate', 0.1)}; the coordinator evaluates every",
         f"10 versions on 1,000 held-out digits). Time to {t['target']:.0%}: {reached}.",
         "",
         "| phone | first task (s after joining) | tasks | last compute ms |",

@@ -183,6 +183,9 @@ class BrowserPlan(Plan):
     target: float = 0.80
     cap_s: float = 300.0  # time to the target is censored here
     max_batch: int = 64  # the training run's coordinator (as tests/test_browser_device.py's)
+    # None: the default strategy at its own rate, what a deployment runs (the tests train at 0.1). IID: a
+    # person teaching the page draws every digit
+    learning_rate: float | None = None
     gradient_batch: int = 64  # real digits for the browser-vs-Python gradient
     gradient_repeats: int = 5
     slo_ms: float = 500.0  # the frame-gap phase: one phone alone, the coordinator's batch at this SLO
