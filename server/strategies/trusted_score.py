@@ -54,7 +54,8 @@ from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 # issue 30's recommended robust configuration: FLTrust's weighing by each device's standing over its last
 # ~10 gradients, at the fleet's gradient norm. Ranked first by `fleet experiment robust`'s choice stage on
-# its tuning seed (2026-11-26); the report on the other seeds is still running (lab/resume/).
+# its tuning seed (2026-11-26); on the reported seeds it misses every target somewhere (IPM 18-33 points,
+# 19-59% of honest pushes dropped): docs/results/robust.md, docs/strategies.md.
 RECOMMENDED_DEFENCE: dict[str, Any] = {
     "name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10,
 }  # fmt: skip
