@@ -24,9 +24,8 @@ from server.join_links import installable, join_url, loopback, public_base
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.store.tables import EnrollmentKeyRow
-from sim.harness import BatchSizer
 from tests.conftest import ADMIN
-from tests.support.stores import BACKENDS, started_cores, store_factory
+from tests.support.stores import BACKENDS, plain_cores
 from tests.test_client import make_worker
 from tests.test_console_core import alembic_config
 
@@ -45,17 +44,7 @@ class Clock:
 
 @pytest.fixture(params=BACKENDS)
 def make_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
-    from server.strategies import make_strategy
-
-    with store_factory(request.param, tmp_path) as make_store, started_cores(make_store) as make:
-
-        def core(**options: Any) -> Coordinator:
-            return make(
-                profiler=BatchSizer(mean=10),
-                strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
-                **options,
-            )
-
+    with plain_cores(request.param, tmp_path) as core:
         yield core
 
 

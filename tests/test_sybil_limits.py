@@ -23,9 +23,8 @@ from server.core.ports import Store
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.store.tables import DeviceRow, EnrollmentKeyRow
-from sim.harness import BatchSizer
 from tests.conftest import ENROLL
-from tests.support.stores import BACKENDS, started_cores, store_factory
+from tests.support.stores import BACKENDS, plain_cores
 from tests.test_console import console, csrf, login  # noqa: F401  (the console fixture)
 from tests.test_console_core import alembic_config
 
@@ -35,17 +34,7 @@ SECRET = "s" * 24  # an install secret (urlsafe, ≥ 22 characters)
 @pytest.fixture(params=BACKENDS)
 def make_core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Coordinator]]:
     """Started coordinators on one storage (a second call is a restart), with a default quota."""
-    from server.strategies import make_strategy
-
-    with store_factory(request.param, tmp_path) as make_store, started_cores(make_store) as make:
-
-        def core(**options: Any) -> Coordinator:
-            return make(
-                profiler=BatchSizer(mean=10),
-                strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
-                **{"enroll_quota": 3, **options},
-            )
-
+    with plain_cores(request.param, tmp_path, enroll_quota=3) as core:
         yield core
 
 

@@ -53,3 +53,23 @@ def started_cores(make_store: Callable[[], Store]) -> Iterator[Callable[..., Coo
     yield make
     for core in cores:
         core.close()
+
+
+@contextmanager
+def plain_cores(backend: str, tmp_path: Path, **defaults: Any) -> Iterator[Callable[..., Coordinator]]:
+    """Started coordinators on one storage (a second call is a restart) with a fixed batch of 10 and plain
+    async FedAvg: for tests of enrollment, keys and devices, not of learning. ``defaults`` are the
+    coordinator options every call gets unless it passes its own."""
+    from server.strategies import make_strategy
+    from sim.harness import BatchSizer
+
+    with store_factory(backend, tmp_path) as make_store, started_cores(make_store) as make:
+
+        def core(**options: Any) -> Coordinator:
+            return make(
+                profiler=BatchSizer(mean=10),
+                strategy_factory=lambda: make_strategy("fedavg-async", learning_rate=0.1, k=1),
+                **{**defaults, **options},
+            )
+
+        yield core
