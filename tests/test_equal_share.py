@@ -1,4 +1,4 @@
-"""The EqualShare, Momentum and StepAgreement wrappers (issue 28): by hand, bounded, and persisted."""
+"""The EqualShare and Momentum wrappers (issue 28): by hand, bounded, and persisted."""
 
 from __future__ import annotations
 
@@ -145,49 +145,3 @@ def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one(
     assert strategy.describe()["concurrency_factor"] == pytest.approx(
         0.05
     )  # reference 10 over a median staleness of 200
-
-
-def quadratic_run(strategy, steps: int, curvature: float, start: float = 1.0) -> list[float]:
-    """Gradient steps on f(x) = curvature·x²/2 through ``strategy`` (one gradient per update)."""
-    params = np.full(2, start, np.float32)
-    path = []
-    for _ in range(steps):
-        strategy.receive(arrival("a", tuple(curvature * params)))
-        params = strategy.aggregate(params)
-        path.append(float(np.linalg.norm(params)))
-    return path
-
-
-def test_step_agreement_grows_a_step_too_short_and_shrinks_one_that_overshoots():
-    from server.strategies.step_agreement import StepAgreement
-
-    short = StepAgreement(FedBuff(learning_rate=0.01, k=1), beta=0.2, high=4.0)
-    slow = quadratic_run(FedBuff(learning_rate=0.01, k=1), 60, curvature=1.0)
-    fast = quadratic_run(short, 60, curvature=1.0)
-    assert short.multiplier == pytest.approx(4.0) and short.cosine == pytest.approx(1.0)
-    assert fast[-1] < 0.5 * slow[-1]  # same direction every time: the longer step gets there sooner
-    # rate 2.5 on curvature 1: each plain step overshoots to -1.5x, and the plain run diverges
-    long = StepAgreement(FedBuff(learning_rate=2.5, k=1), beta=0.5, low=0.25)
-    assert quadratic_run(FedBuff(learning_rate=2.5, k=1), 30, curvature=1.0)[-1] > 1e4
-    damped = quadratic_run(long, 30, curvature=1.0)
-    assert long.cosine is not None and long.multiplier < 0.8  # it converges once 2.5·m < 2
-    assert damped[-1] < 1e-3
-
-
-def test_step_agreement_is_persisted_and_chosen_from_settings():
-    from server.compose import build_strategy
-    from server.settings import Settings
-    from server.strategies.step_agreement import StepAgreement
-
-    strategy = StepAgreement(FedBuff(learning_rate=0.05, k=1))
-    quadratic_run(strategy, 5, curvature=1.0)
-    restored = StepAgreement(FedBuff(learning_rate=0.05, k=1))
-    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
-    assert restored.multiplier == strategy.multiplier > 1.0
-    np.testing.assert_allclose(restored.previous, strategy.previous)
-    built = build_strategy(
-        Settings(_env_file=None, strategy="fedbuff", wrappers=[{"name": "step-agreement", "beta": 0.1}])
-    )
-    assert isinstance(built, StepAgreement) and built.beta == 0.1
-    with pytest.raises(ValueError):
-        StepAgreement(FedBuff(), low=2.0)

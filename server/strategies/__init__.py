@@ -34,7 +34,6 @@ from server.strategies.norm_noise import NormNoise
 from server.strategies.robust_aggregation import RobustAggregation
 from server.strategies.sasgd import SASGD
 from server.strategies.ssgd import SSGD
-from server.strategies.step_agreement import StepAgreement
 from server.strategies.trusted_score import TrustedScore
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
@@ -53,7 +52,6 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
-    + (StepAgreement,)  # issue 28's adaptive step, a candidate
     + (CenteredClip, RobustAggregation, TrustedScore, NormNoise)  # the defences of issue 30
 }
 
@@ -159,7 +157,6 @@ __all__ = [
     "LossGuard",
     "MAPA",
     "Momentum",
-    "StepAgreement",
     "NormNoise",
     "RobustAggregation",
     "SASGD",

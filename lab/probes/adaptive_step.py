@@ -1,0 +1,121 @@
+"""Issue 28's fourth probe: can the server adapt the default's step, so that no rate needs tuning?
+
+The third default search found the fastest tuned run was, on most held-back workloads, the default itself
+at another rate (×2-×4 on logistic regression and the MLP), while ×2-×4 ended at chance on others (the CNN
+with even speeds, batch 32, I-Prof batches). Three server-side rules, each wrapping the default
+(fedbuff-equal, reference 10, γ 0.3) and multiplying its step:
+
+* ``agree-B``: log m += B × cos(this update, the last) (hypergradient descent on log γ, Baydin et al. 2018);
+* ``disagree-B-C``: log m −= B × (cos − C) (the sign reversed: asynchrony's implicit momentum, Mitliagkas
+  et al. 2016, shows as agreement between successive updates);
+* ``dog-S``: DoG (Ivgi, Hinder, Carmon 2023), γ_t = S × max‖x_i − x_0‖ / √Σ‖g_i‖², g the update over γ;
+
+and ``cosines`` records the cosine between successive updates of the plain default (quartile means).
+Each run's time to the third search's target is compared with that search's best tuned run
+(docs/results/default-search.json). Not an experiment (no results file): one line per run.
+``python -m lab.probes.adaptive_step adjacent-logreg labels4-batch32 --rules agree-0.05,dog-0.5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from server.strategies.base import Strategy
+from server.strategies.wrappers import StrategyWrapper
+
+DEFAULT = ("fedbuff-equal-ref10", 0.3)
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results" / "default-search.json"
+
+
+class AdaptiveStep(StrategyWrapper):
+    """The inner strategy's update g·γ, applied as γ_t·g by ``rule``; ``cosines`` keeps the signal."""
+
+    def __init__(self, inner: Strategy, rule: str) -> None:
+        super().__init__(inner)
+        kind, *values = rule.split("-")
+        self.kind, self.values = kind, [float(v) for v in values]
+        self.multiplier, self.previous = 1.0, None
+        self.cosines: list[float] = []
+        self.origin: np.ndarray | None = None
+        self.radius = self.squares = 0.0
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        step = self.inner.aggregate(params) - params
+        if self.kind == "dog":
+            gradient = step / float(self.inner.learning_rate)
+            return params + np.float32(self.dog(params, gradient)) * gradient
+        previous, self.previous = self.previous, step
+        norms = 0.0 if previous is None else float(np.linalg.norm(step) * np.linalg.norm(previous))
+        if norms > 0 and math.isfinite(norms):
+            cosine = float(np.dot(step, previous)) / norms
+            self.cosines.append(cosine)
+            if self.kind == "agree":
+                self.multiplier *= math.exp(self.values[0] * cosine)
+            elif self.kind == "disagree":
+                self.multiplier *= math.exp(-self.values[0] * (cosine - self.values[1]))
+            self.multiplier = min(4.0, max(0.25, self.multiplier))
+        return params + np.float32(self.multiplier) * step
+
+    def dog(self, params: np.ndarray, gradient: np.ndarray) -> float:
+        if self.origin is None:
+            self.origin, self.radius = params.copy(), 1e-4 * (1 + float(np.linalg.norm(params)))
+        self.squares += float(gradient @ gradient)
+        self.radius = max(self.radius, float(np.linalg.norm(params - self.origin)))
+        return self.values[0] * self.radius / math.sqrt(self.squares) if self.squares > 0 else 0.0
+
+
+def probe(job: tuple[str, str]) -> dict[str, Any]:
+    import lab.experiments.default_search as search
+
+    workload, rule = job
+    built: list[AdaptiveStep] = []
+
+    plain = search.build
+
+    def build(arm: str, lr: float) -> Strategy:
+        built.append(AdaptiveStep(plain(*DEFAULT), rule))
+        return built[-1]
+
+    search.build = build  # type: ignore[assignment]  # this worker process only
+    output = search.simulate(search.Run(rule, DEFAULT[1], workload))
+    cosines = np.array(built[-1].cosines)
+    quarter = max(1, len(cosines) // 4)
+    output["cosine_quartiles"] = [
+        round(float(cosines[i * quarter : (i + 1) * quarter].mean()), 3) for i in range(4)
+    ]
+    return output
+
+
+def main() -> None:
+    from lab.experiments.default_search import judge, time_to
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+")
+    parser.add_argument("--rules", default="agree-0.02,agree-0.05,disagree-0.05-0.2,dog-1.0,dog-0.5,cosines")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    runs: dict[str, dict[tuple[str, float], Any]] = {}
+    for o in json.loads(RESULTS.read_text())["runs"]:
+        runs.setdefault(o["run"]["workload"], {})[o["run"]["arm"], o["run"]["lr"]] = o
+    jobs = [(w, rule) for w in args.workloads for rule in args.rules.split(",")]
+    with ProcessPoolExecutor(args.workers) as pool:
+        for (workload, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
+            judged = judge(runs[workload])
+            hit = time_to(output, judged["target"])
+            print(json.dumps({
+                "workload": workload, "rule": rule, "final": output["final"], "target": judged["target"],
+                "best": judged["best"], "default": judged["runs"][f"{DEFAULT[0]}@{DEFAULT[1]}"]["ratio"],
+                "ratio": None if hit is None else round(hit / judged["best"]["time"], 2),
+                "cosine_quartiles": output["cosine_quartiles"],
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
