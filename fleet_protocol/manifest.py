@@ -55,6 +55,9 @@ class Manifest:
     grad_names: tuple[str, ...] = field(default=())
     dp_grad_names: tuple[str, ...] = field(default=())  # the DP graph's outputs; empty: no DP graph
     clip_name: str = "clip"  # the DP graph's scalar input C
+    # the server's step for this model when the strategy's rate is not set (its author's, chosen on half of
+    # a workload suite: docs/results/default-search.md); None: the strategy's own
+    learning_rate: float | None = None
 
     @property
     def has_dp_graph(self) -> bool:
@@ -97,6 +100,7 @@ class Manifest:
             grad_names=tuple(data.get("grad_names", ())),
             dp_grad_names=tuple(data.get("dp_grad_names", ())),
             clip_name=data.get("clip_name", "clip"),
+            learning_rate=data.get("learning_rate"),
         )
         manifest.validate()
         return manifest
@@ -110,6 +114,8 @@ class Manifest:
             offset += p.size
         if self.num_classes < 2 or not self.input_shape:
             raise ValueError("manifest needs num_classes >= 2 and an input shape")
+        if self.learning_rate is not None and not 0 < self.learning_rate <= 100:  # also refuses NaN
+            raise ValueError(f"manifest learning_rate must be in (0, 100], got {self.learning_rate}")
         if self.grad_names and len(self.grad_names) != len(self.params):
             raise ValueError("one gradient output per parameter")
         if self.dp_grad_names and len(self.dp_grad_names) != len(self.params):

@@ -360,13 +360,14 @@ def default_table(results: Path) -> str:
     if data is None:
         return "(no default-search results yet: `python -m lab run default-search`)"
     from lab.experiments.default_search import ARMS
+    from lab.experiments.default_search_report import rates_text
 
     s = data["summary"]
     registered = ARMS.get(s["default"], (s["default"], {}))[0]
     lines = [
-        f"The default ({registered}, γ = {s['default_rate']}, untuned) on the workloads its choice never "
-        "saw, against the best tuned run on each (virtual seconds to the workload's target, the best final "
-        "accuracy less 1 point; final accuracy):",
+        f"The default ({registered}, {rates_text(s['default_rate'])}, untuned) on the workloads its choice "
+        "never saw, against the best tuned run on each (virtual seconds to the workload's target, the best "
+        "final accuracy less 1 point; final accuracy):",
         "",
         "| held-back workload | target | default: s / final | fastest tuned run: s / final | ratio "
         "| best final of any run |",

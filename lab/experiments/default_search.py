@@ -41,13 +41,29 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
-# the third search (2026-11-27 onwards): the shipped default against a reference of 10 at three rates
-CANDIDATES = (
-    ("fedbuff-equal", 0.2),
-    ("fedbuff-equal-ref10", 0.2),
+# A candidate's rates: one for every model, or each model's own ((model, rate), ...): a bundled model carries
+# its rate in its manifest, which the default strategy takes when no rate is set (fleet_protocol.Manifest)
+Rates = float | tuple[tuple[str, float], ...]
+# the fourth search (2026-11-28 onwards): the third's choice (one rate) against each model's own. The CNN's
+# rate is 0.3 in all of them, so the choice half is the MLP and logistic-regression workloads
+CANDIDATES: tuple[tuple[str, Rates], ...] = (
     ("fedbuff-equal-ref10", 0.3),
-    ("fedbuff-equal-ref10", 0.4),
+    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.4), ("logreg", 0.6))),
+    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.4), ("logreg", 1.2))),
+    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.6), ("logreg", 1.2))),
 )
+
+
+def rate_for(rates: Rates, model: str) -> float:
+    """A candidate's rate on a workload of ``model``."""
+    return float(rates) if isinstance(rates, int | float) else dict(rates)[model]
+
+
+def label(arm: str, rates: Rates) -> str:
+    """``arm@0.3``, or ``arm@mnist_cnn:0.3/mlp:0.4/logreg:0.6`` for each model's own rate."""
+    if isinstance(rates, int | float):
+        return f"{arm}@{rates}"
+    return f"{arm}@" + "/".join(f"{model}:{rate}" for model, rate in rates)
 
 
 def build(arm: str, lr: float) -> Strategy:
@@ -173,7 +189,7 @@ class SearchPlan(Plan):
     choice: tuple[str, ...] = CHOICE
     held_back: tuple[str, ...] = HELD_BACK
     baselines: tuple[tuple[str, float], ...] = BASELINES
-    candidates: tuple[tuple[str, float], ...] = CANDIDATES
+    candidates: tuple[tuple[str, Rates], ...] = CANDIDATES
     rate_factors: tuple[float, ...] = RATE_FACTORS
     cause: str = "adjacent-mlp"  # a choice workload where the old default plateaus
     gradients: int | None = None  # None: each workload's own length
@@ -193,28 +209,36 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
         return {wl: judge({cfg: done[job] for (w, cfg), job in jobs.items() if w == wl}) for wl in workloads}
 
     outputs: list[dict[str, Any]] = []
+
+    def own(candidate: tuple[str, Rates], wl: str, factor: float = 1.0) -> tuple[str, float]:
+        return candidate[0], round(rate_for(candidate[1], workload(wl).model) * factor, 6)
+
     # 1. the choice half: the baselines and the candidates; the candidate with the best worst ratio wins
-    judged = stage(plan.choice, {wl: list(plan.baselines + plan.candidates) for wl in plan.choice})
+    judged = stage(
+        plan.choice, {wl: [*plan.baselines, *(own(c, wl) for c in plan.candidates)] for wl in plan.choice}
+    )
     choice = {
-        f"{arm}@{lr}": worst_and_mean([judged[wl]["runs"][f"{arm}@{lr}"]["ratio"] for wl in plan.choice])
-        for arm, lr in plan.candidates
+        label(*c): worst_and_mean(
+            [judged[wl]["runs"]["{}@{}".format(*own(c, wl))]["ratio"] for wl in plan.choice]
+        )
+        for c in plan.candidates
     }
-    chosen = min(plan.candidates, key=lambda c: rank(choice[f"{c[0]}@{c[1]}"]))
+    chosen = min(plan.candidates, key=lambda c: rank(choice[label(*c)]))
     # 2. the held-back half: the baselines and the chosen one at x0.25 to x4 of its rate
-    arm, rate = chosen
-    curve = [(arm, round(rate * f, 6)) for f in plan.rate_factors]
-    judged |= stage(plan.held_back, {wl: list(plan.baselines) + curve for wl in plan.held_back})
-    held = {wl: report(judged[wl], arm, rate, plan.rate_factors) for wl in plan.held_back}
+    arm, rates = chosen
+    curves = {wl: [own(chosen, wl, f) for f in plan.rate_factors] for wl in plan.held_back}
+    judged |= stage(plan.held_back, {wl: list(plan.baselines) + curves[wl] for wl in plan.held_back})
+    held = {wl: report(judged[wl], arm, own(chosen, wl)[1], plan.rate_factors) for wl in plan.held_back}
     # 3. the cause, on a choice workload: the old default and the chosen one, recorded
     cause_jobs = {a: Run(a, lr, plan.cause, gradients=plan.gradients, record=True)
-                  for a, lr in (("dynsgd-clip", 0.5), chosen)}  # fmt: skip
+                  for a, lr in (("dynsgd-clip", 0.5), own(chosen, plan.cause))}  # fmt: skip
     cause_done = runner.run(list(cause_jobs.values()))
     summary = {
         "quick": plan.quick,
         "default": arm,
-        "default_rate": rate,
-        "chosen": f"{arm}@{rate}",
-        "shipped": shipped(arm, rate),
+        "default_rate": rates if isinstance(rates, int | float) else dict(rates),
+        "chosen": label(*chosen),
+        "shipped": shipped(arm, rates),
         "choice": choice,
         "choice_workloads": list(plan.choice),
         "held_back_workloads": list(plan.held_back),
@@ -226,19 +250,27 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     return Result(summary, records={"runs": outputs}, view={"cause": cause})
 
 
-def shipped(arm: str, rate: float) -> dict[str, Any]:
-    """The default a deployment that sets nothing runs, and whether it is the chosen configuration."""
+def shipped(arm: str, rates: Rates) -> dict[str, Any]:
+    """The default a deployment that sets nothing runs, and whether it is the chosen configuration: the
+    registered strategy with the arm's settings, at its own rate or at each bundled model's own."""
+    from models.manifest import builtin
     from server.strategies import STRATEGIES, default_strategy
 
     name, own_rate = default_strategy()
     registered, settings = ARMS.get(arm, (arm, {}))
     fields = STRATEGIES[name].settings.model_fields
-    same = (
-        registered == name
-        and own_rate == rate
-        and all(key in fields and fields[key].default == value for key, value in settings.items())
+    same = registered == name and all(
+        key in fields and fields[key].default == value for key, value in settings.items()
     )
-    return {"strategy": name, "rate": own_rate, "is_chosen": same}
+    if isinstance(rates, int | float):
+        return {"strategy": name, "rate": own_rate, "is_chosen": same and own_rate == rates}
+    models = {model: builtin(model).manifest.learning_rate for model, _ in rates}
+    return {
+        "strategy": name,
+        "rate": own_rate,
+        "model_rates": models,
+        "is_chosen": same and models == dict(rates),
+    }
 
 
 CHECKS = ("reaches_target", "within_1.1x", "final_within_0.5", "no_divergence_x0.25_to_x4")
