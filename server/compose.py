@@ -96,9 +96,10 @@ class TrustedGradient:
         with np.load(path) as data:
             return cls(data["x"][:samples], data["y"][:samples])
 
-    def gradient(self) -> np.ndarray | None:
+    def gradient(self, label: int | None = None) -> np.ndarray | None:
         run = None if self.coordinator is None else self.coordinator.run
-        if run is None:
+        rows = slice(None) if label is None else self.y == label
+        if run is None or not len(self.y[rows]):  # no model trains, or no trusted sample has that label
             return None
         session = self.sessions.get(run.model_id)
         if session is None:
@@ -106,8 +107,8 @@ class TrustedGradient:
 
             train_onnx = self.coordinator.catalog.graph(run.model_id, "train")  # type: ignore[union-attr]
             session = self.sessions[run.model_id] = GradientSession(run.manifest, train_onnx)
-        x = self.x.reshape((-1, *run.manifest.input_shape))
-        return session.loss_and_gradient(run.params, x, self.y)[1]
+        x = self.x[rows].reshape((-1, *run.manifest.input_shape))
+        return session.loss_and_gradient(run.params, x, self.y[rows])[1]
 
 
 def trusted_gradient(settings: Settings, coordinator: Coordinator | None = None) -> TrustedGradient | None:

@@ -35,10 +35,13 @@ SYBIL_KEY = "key-sybil"
 class Adversary:
     """The devices in ``attackers`` (indices in join order) run ``attack``; the others are honest."""
 
-    def __init__(self, attack: Attack, attackers: Collection[int], *, window: int = 10) -> None:
+    def __init__(
+        self, attack: Attack, attackers: Collection[int], *, window: int = 10, claim: bool = False
+    ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.attack, self.attackers = attack, frozenset(int(i) for i in attackers)
+        self.claim = claim  # lie about the labels, against a defence that reads them (``claimed``)
         self.recent: deque[np.ndarray] = deque(maxlen=window)  # honest gradients that reached the server
         self.pushed = self.dropped = 0  # Byzantine pushes, and those the strategy gave weight 0
         self.honest_pushed = self.honest_dropped = 0
@@ -73,7 +76,26 @@ class Adversary:
                 raise ValueError("a batch-poisoning attack needs the parameters the task was handed")
             x, y = self.attack.batch(x, y, bench.num_classes)
             loss, gradient = bench.gradients.loss_and_gradient(params, x, y)
-        return float(loss), self.attack.gradient(gradient, self.honest(gradient)), y
+        pushed = self.attack.gradient(gradient, self.honest(gradient))
+        if self.claim and params is not None:
+            y = np.full_like(y, self.claimed(bench, params, pushed))
+        return float(loss), pushed, y
+
+    def claimed(self, bench: Workbench, params: np.ndarray, pushed: np.ndarray, per_label: int = 16) -> int:
+        """The label whose gradient (on ``per_label`` training digits of it, at the handed parameters) the
+        pushed gradient agrees with most: what an attacker claims to have trained on, so that a defence that
+        scores a gradient against the claimed labels' reference (trusted-score ``by_labels``) sees the best
+        case for it. Omniscient: it knows the training digits of every label."""
+        best, best_cosine = 0, -np.inf
+        for label in range(bench.num_classes):
+            rows = np.flatnonzero(bench.train.y == label)[:per_label]
+            if not len(rows):
+                continue
+            g = bench.gradients.loss_and_gradient(params, bench.train.x[rows], bench.train.y[rows])[1]
+            cosine = float(g @ pushed) / (float(np.linalg.norm(g) * np.linalg.norm(pushed)) or 1.0)
+            if cosine > best_cosine:
+                best, best_cosine = label, cosine
+        return best
 
     def observe(self, byzantine: bool, gradient: np.ndarray, weight: float) -> None:
         """A push reached the server with ``weight``; an honest one joins the window."""
@@ -96,7 +118,14 @@ class Adversary:
 
 
 def adversary(
-    name: str, *, devices: int, attackers: int, seed: int, window: int | None = None, **params: Any
+    name: str,
+    *,
+    devices: int,
+    attackers: int,
+    seed: int,
+    window: int | None = None,
+    claim: bool = False,
+    **params: Any,
 ) -> Adversary:
     """The first ``attackers`` of ``devices`` run attack ``name`` (client/_attacks/) with ``params``; ALIE's
     n and f default to the fleet's, a Sybil's count to ``attackers``, the window to ``devices``."""
@@ -107,7 +136,7 @@ def adversary(
     if name == "sybil":
         params.setdefault("count", attackers)
     attack = make_attack(name, np.random.default_rng([seed, 31]), **params)
-    return Adversary(attack, range(attackers), window=window or devices)
+    return Adversary(attack, range(attackers), window=window or devices, claim=claim)
 
 
 def backdoor_success(

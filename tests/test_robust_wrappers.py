@@ -355,3 +355,51 @@ def test_fltrust_at_the_fleet_scale_and_with_a_device_memory():
     assert strategy.receive(arrival([-0.1, 2.0], "h-noisy", device="honest")) > 0  # cos < 0, but its record
     for i in range(3):  # a device that always points away: its standing stays below 0
         assert strategy.receive(arrival([-2.0, 0.0], f"b{i}", device="flipper")) == 0.0
+
+
+def test_fltrust_fleet_down_never_lengthens_a_short_gradient():
+    inner = _Recorder()
+    strategy = TrustedScore(inner, test="fltrust", scale="fleet-down", reference=FixedReference([1.0, 0.0]))
+    for i in range(5):  # the fleet's norm: 2
+        strategy.receive(arrival([2.0, 0.0], f"h{i}"))
+    strategy.receive(arrival([20.0, 0.0], "long"))  # brought down to the fleet's median norm
+    assert np.linalg.norm(inner.seen[-1].gradient) == pytest.approx(2.0, rel=0.05)
+    strategy.receive(arrival([0.2, 0.0], "short"))  # IPM-sized: kept at its own length, not scaled 10x
+    assert np.linalg.norm(inner.seen[-1].gradient) <= 0.2 * 2.0 + 1e-6  # at most the score's 2x
+    fleet = TrustedScore(_Recorder(), test="fltrust", scale="fleet", reference=FixedReference([1.0, 0.0]))
+    for i in range(5):
+        fleet.receive(arrival([2.0, 0.0], f"h{i}"))
+    fleet.receive(arrival([0.2, 0.0], "short"))
+    assert np.linalg.norm(fleet.inner.seen[-1].gradient) > 1.0  # what fleet-down prevents
+
+
+class LabelledReference(FixedReference):
+    """g_s per label: label 0 points along x, label 1 along y; the whole g_s is their sum."""
+
+    def gradient(self, label=None) -> np.ndarray | None:
+        self.calls += 1
+        return {None: np.float32([1, 1]), 0: np.float32([1, 0]), 1: np.float32([0, 1])}.get(label)
+
+
+def _labelled(gradient, counts, task: str) -> Arrival:
+    g = np.asarray(gradient, np.float32)
+    return Arrival(task, "d", 0, 0, g, np.asarray(counts), 2, 1.0, 0.0)
+
+
+def test_fltrust_by_labels_scores_a_device_against_the_labels_it_trained_on():
+    reference = LabelledReference([0.0, 0.0])
+    plain = TrustedScore(_Recorder(), test="fltrust", reference=reference)
+    by_labels = TrustedScore(_Recorder(), test="fltrust", by_labels=True, reference=reference)
+    # a device holding only label 1 pushes what raises label 1 and lowers label 0: against the whole g_s
+    # its cosine is 0 (dropped), against label 1's it is 0.71 (kept)
+    own = [-1.0, 1.0]
+    assert plain.receive(_labelled(own, [0, 5, 0], "a")) == 0.0
+    assert by_labels.receive(_labelled(own, [0, 5, 0], "a")) > 0.0
+    assert by_labels.reads() == {"label_counts"} and plain.reads() == frozenset()
+    # label 0's g_s is computed once per version, then reused (as the whole g_s is)
+    calls = reference.calls
+    by_labels.receive(_labelled([1.0, 0.0], [5, 0, 0], "b"))
+    by_labels.receive(_labelled([1.0, 0.0], [5, 0, 0], "c"))
+    assert reference.calls == calls + 1
+    # a claim of a label no trusted sample has (2) is scored against the whole g_s: −g is still dropped
+    assert by_labels.receive(_labelled([-1.0, -1.0], [0, 0, 9], "d")) == 0.0

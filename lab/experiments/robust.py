@@ -65,6 +65,11 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "trusted-score": ({"name": "trusted-score"},),  # its reference gradient: the simulator's (below)
     "fltrust": ({"name": "trusted-score", "test": "fltrust"},),  # the same reference, FLTrust's weighing
     "fltrust-device": (RECOMMENDED_DEFENCE,),  # FLTrust by each device's standing, at the fleet's scale
+    # the same, only the longer gradients brought down to the fleet's norm (a short one is never amplified)
+    "fltrust-device-down": ({**RECOMMENDED_DEFENCE, "scale": "fleet-down"},),
+    # and scored against the trusted digits of the labels a device says it trained on (its attackers lie:
+    # each claims the label its gradient agrees with most, sim/adversary.py ``claimed``)
+    "fltrust-labels": ({**RECOMMENDED_DEFENCE, "scale": "fleet-down", "by_labels": True},),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
@@ -115,10 +120,11 @@ class SimulatedReference:
     def __init__(self, bench: Any, rows: np.ndarray) -> None:
         self.bench, self.rows, self.core = bench, rows, None
 
-    def gradient(self) -> np.ndarray | None:
-        if self.core is None or self.core.run is None:
+    def gradient(self, label: int | None = None) -> np.ndarray | None:
+        rows = self.rows if label is None else self.rows[self.bench.train.y[self.rows] == label]
+        if self.core is None or self.core.run is None or not len(rows):
             return None
-        x, y = self.bench.train.x[self.rows], self.bench.train.y[self.rows]
+        x, y = self.bench.train.x[rows], self.bench.train.y[rows]
         return self.bench.gradients.loss_and_gradient(self.core.run.params, x, y)[1]
 
 
@@ -147,9 +153,11 @@ def simulate(run: Run) -> dict[str, Any]:
     reference = SimulatedReference(bench, rows)
     attack = None
     if run.attack is not None:
+        claim = any(config.get("by_labels") for config in DEFENCES[run.defence])  # lie to one that reads
         attack = adversary(
-            run.attack, devices=w.devices, attackers=run.attackers, seed=run.seed, **ATTACKS[run.attack]
-        )
+            run.attack, devices=w.devices, attackers=run.attackers, seed=run.seed, claim=claim,
+            **ATTACKS[run.attack],
+        )  # fmt: skip
     sim = w.fleet(bench, lambda: defended(run, reference), seed=run.seed, adversary=attack)
     reference.core = sim.core
     result = sim.run(max_gradients=w.gradients, give_up=collapsed)

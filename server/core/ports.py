@@ -163,8 +163,9 @@ class ReferenceGradient(Protocol):
     gradient against. The core knows no data and no ONNX: the composition root implements it with the
     model's own training graph, the one devices run (server/compose.py ``TrustedGradient``)."""
 
-    def gradient(self) -> np.ndarray | None:
-        """g_s at the current parameters (flat float32, the manifest's order); None while no model trains."""
+    def gradient(self, label: int | None = None) -> np.ndarray | None:
+        """g_s at the current parameters (flat float32, the manifest's order) on the trusted samples, or on
+        those of one ``label`` only; None while no model trains or when no trusted sample has that label."""
         ...
 
 

@@ -11,12 +11,14 @@ itself on a few samples it trusts (issue 30), in one of three published forms:
   ReLU(cos(g, g_s)) over the mean score of the last ``window`` gradients (FLTrust divides by the round's
   sum of scores; one gradient at a time, the recent mean plays that part, so an honest gradient keeps
   about its plain weight). A gradient pointing away from g_s (cos ≤ 0) gets weight 0, one that agrees
-  only a little (ALIE, IPM, noise) gets little, and none can step further than g_s would. Two options
+  only a little (ALIE, IPM, noise) gets little, and none can step further than g_s would. Three options
   of ours: ``scale="fleet"`` takes the gradients at the median norm of those accepted instead of g_s's
   (a 64-sample g_s is shorter than a device's gradient, and the steps shrank: 2.3x the undefended time to
-  the target on the peer workload's MLP), and ``device_memory`` scores a device by the average of its
-  last scores instead of each gradient alone (a non-IID device's gradient often points a little away
-  from g_s; an attacker's always does).
+  the target on the peer workload's MLP), ``scale="fleet-down"`` only brings longer ones down to it (a
+  short gradient rescaled up to the fleet's norm is amplified: IPM's −0.1μ, accepted whenever its cosine
+  with a noisy g_s is briefly positive, became a full-size step against the mean), and ``device_memory``
+  scores a device by the average of its last scores instead of each gradient alone (a non-IID device's
+  gradient often points a little away from g_s; an attacker's always does).
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -60,6 +62,7 @@ RECOMMENDED_DEFENCE: dict[str, Any] = {
     "name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10,
 }  # fmt: skip
 Test = Literal["aflguard", "zeno++", "fltrust"]
+Scale = Literal["reference", "fleet", "fleet-down"]
 
 
 def zeno_score(gradient: np.ndarray, reference: np.ndarray, rate: float, rho: float) -> float:
@@ -103,15 +106,21 @@ class TrustedScoreSettings(WrapperSettings):
         le=100_000,
         description="FLTrust: scores and norms are relative to the last this many",
     )
-    scale: Literal["reference", "fleet"] = Field(
+    scale: Scale = Field(
         "reference",
-        description="FLTrust: gradients at g_s's norm, or at the median norm of those accepted",
+        description="FLTrust: gradients at g_s's norm, at the median norm of those accepted, or only"
+        " the longer ones brought down to it (fleet-down)",
     )
     device_memory: int = Field(
         0,
         ge=0,
         le=10_000,
         description="FLTrust: a device's score averages its last ~this many (0: each alone)",
+    )
+    by_labels: bool = Field(
+        False,
+        description="score against g_s on the trusted samples of the labels the device trained on,"
+        " weighted by its label counts (reads them: not with DP)",
     )
 
 
@@ -130,8 +139,9 @@ class TrustedScore(StrategyWrapper):
         slack: float = 0.0,
         refresh: int = 1,
         window: int = 100,
-        scale: Literal["reference", "fleet"] = "reference",
+        scale: Scale = "reference",
         device_memory: int = 0,
+        by_labels: bool = False,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -144,7 +154,9 @@ class TrustedScore(StrategyWrapper):
         self.norms: deque[float] = deque(maxlen=window)  # FLTrust at the fleet's scale: accepted norms
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
+        self.by_labels = by_labels
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
+        self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})  # (version, label → its g_s)
         self.received = self.dropped = 0
         self.last_dropped: str | None = None
         self.last_score: float | None = None
@@ -159,6 +171,26 @@ class TrustedScore(StrategyWrapper):
         if self.cached is None or not 0 <= version - self.cached[0] < self.refresh:
             self.cached = (version, self.reference.gradient())
         return self.cached[1]
+
+    def labelled_reference(self, version: int, counts: np.ndarray) -> np.ndarray | None:
+        """Σ_c p_c g_s(c): g_s on the trusted samples of each label the device trained on, weighted by its
+        share of the device's batch (labels without a trusted sample left out); None when none has one."""
+        if self.by_label[0] != version:
+            self.by_label = (version, {})
+        per_label = self.by_label[1]
+        mixed, weight = None, 0.0
+        for label in np.flatnonzero(counts > 0):
+            if int(label) not in per_label:
+                per_label[int(label)] = self.reference.gradient(int(label))  # type: ignore[union-attr]
+            gradient = per_label[int(label)]
+            if gradient is not None:
+                share = float(counts[label])
+                mixed = gradient * share if mixed is None else mixed + gradient * share
+                weight += share
+        return None if mixed is None else mixed / np.float32(weight)
+
+    def reads(self) -> frozenset[str]:
+        return frozenset({"label_counts"}) if self.by_labels else frozenset()
 
     def passes(self, gradient: np.ndarray, reference: np.ndarray) -> bool:
         if self.test == "aflguard":
@@ -185,13 +217,21 @@ class TrustedScore(StrategyWrapper):
             return None
         self.norms.append(norm)
         # statistics' median and mean, not numpy's: the same values, at a tenth of the cost per push
-        target = statistics.median(self.norms) if self.scale == "fleet" else float(np.linalg.norm(reference))
-        scale = target / norm * min(score / mean, 2.0)  # none weighs over 2x
+        target = (
+            float(np.linalg.norm(reference)) if self.scale == "reference" else statistics.median(self.norms)
+        )
+        resize = min(target / norm, 1.0) if self.scale == "fleet-down" else target / norm
+        scale = resize * min(score / mean, 2.0)  # none weighs over 2x
         return dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(scale))
 
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
-        reference = self.reference_gradient(arrival.base_version + arrival.staleness)
+        version = arrival.base_version + arrival.staleness
+        reference = self.reference_gradient(version)
+        if self.by_labels and reference is not None and arrival.label_counts is not None:
+            # a claim of labels no trusted sample has is scored against the whole g_s, never let through
+            labelled = self.labelled_reference(version, np.asarray(arrival.label_counts))
+            reference = reference if labelled is None else labelled
         if reference is None or reference.shape != arrival.gradient.shape:
             return self.inner.receive(arrival)
         if self.test == "fltrust":
