@@ -55,8 +55,8 @@ class Manifest:
     grad_names: tuple[str, ...] = field(default=())
     dp_grad_names: tuple[str, ...] = field(default=())  # the DP graph's outputs; empty: no DP graph
     clip_name: str = "clip"  # the DP graph's scalar input C
-    # the server's step for this model when the strategy's rate is not set (its author's, chosen on half of
-    # a workload suite: docs/results/default-search.md); None: the strategy's own
+    # the default strategy's step for this model when the settings leave its rate unset (its author's,
+    # chosen on half of a workload suite: docs/results/default-search.md); None: the strategy's own
     learning_rate: float | None = None
 
     @property

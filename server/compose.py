@@ -30,7 +30,7 @@ from server.settings import Settings
 from server.settings_rules import refusals
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
-from server.strategies import Strategy, dp_refusal, make_strategy, wrap
+from server.strategies import DEFAULT_STRATEGY, Strategy, dp_refusal, make_strategy, wrap
 
 log = logging.getLogger("fleet.server")
 
@@ -69,6 +69,13 @@ def check_dp_strategy(settings: Settings) -> None:
         problem = dp_refusal(build_strategy(settings), similarity_drop=settings.similarity_drop)
         if problem is not None:
             raise ValueError(problem)
+
+
+def at_model_rate(settings: Settings) -> bool:
+    """Whether the strategy steps at each model's own rate (its manifest's ``learning_rate``): the default
+    strategy, its rate unset. The rate was chosen for it (docs/results/default-search.md); another
+    strategy's γ means another step (a sum, not a mean), so it keeps its own."""
+    return settings.strategy.name == DEFAULT_STRATEGY and settings.strategy.learning_rate is None
 
 
 def build_strategy(settings: Settings, reference: ReferenceGradient | None = None) -> Strategy:
@@ -177,6 +184,7 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         store=store,
         profiler=build_profiler(settings),
         strategy_factory=lambda: build_strategy(settings, reference),
+        model_rate=at_model_rate(settings),
         admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
         lease_seconds=settings.lease_seconds,
         max_gradient_norm=settings.max_gradient_norm,
@@ -260,7 +268,10 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
             return build_strategy(new, reference)
 
     coordinator.reconfigure(
-        strategy_factory=factory, lease_seconds=new.lease_seconds, max_gradient_norm=new.max_gradient_norm
+        strategy_factory=factory,
+        model_rate=at_model_rate(new),
+        lease_seconds=new.lease_seconds,
+        max_gradient_norm=new.max_gradient_norm,
     )
     coordinator.health_policy = new.health_policy()
     coordinator.devices.default_quota = new.enroll_quota_per_key

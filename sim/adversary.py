@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -36,12 +36,20 @@ class Adversary:
     """The devices in ``attackers`` (indices in join order) run ``attack``; the others are honest."""
 
     def __init__(
-        self, attack: Attack, attackers: Collection[int], *, window: int = 10, claim: bool = False
+        self,
+        attack: Attack,
+        attackers: Collection[int],
+        *,
+        window: int = 10,
+        claim: Literal["push", "commit"] | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.attack, self.attackers = attack, frozenset(int(i) for i in attackers)
-        self.claim = claim  # lie about the labels, against a defence that reads them (``claimed``)
+        # lie about the labels, against a defence that reads them (``claimed``): the best label for each push,
+        # or the best for the first push, kept (against a defence that remembers a device's labels)
+        self.claim = claim
+        self.committed: int | None = None
         self.recent: deque[np.ndarray] = deque(maxlen=window)  # honest gradients that reached the server
         self.pushed = self.dropped = 0  # Byzantine pushes, and those the strategy gave weight 0
         self.honest_pushed = self.honest_dropped = 0
@@ -77,8 +85,10 @@ class Adversary:
             x, y = self.attack.batch(x, y, bench.num_classes)
             loss, gradient = bench.gradients.loss_and_gradient(params, x, y)
         pushed = self.attack.gradient(gradient, self.honest(gradient))
-        if self.claim and params is not None:
-            y = np.full_like(y, self.claimed(bench, params, pushed))
+        if self.claim is not None and params is not None:
+            if self.committed is None or self.claim == "push":
+                self.committed = self.claimed(bench, params, pushed)
+            y = np.full_like(y, self.committed)
         return float(loss), pushed, y
 
     def claimed(self, bench: Workbench, params: np.ndarray, pushed: np.ndarray, per_label: int = 16) -> int:
@@ -124,7 +134,7 @@ def adversary(
     attackers: int,
     seed: int,
     window: int | None = None,
-    claim: bool = False,
+    claim: Literal["push", "commit"] | None = None,
     **params: Any,
 ) -> Adversary:
     """The first ``attackers`` of ``devices`` run attack ``name`` (client/_attacks/) with ``params``; ALIE's

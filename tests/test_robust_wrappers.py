@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from server.settings import Settings
+from server.store.codec import decode_state, encode_state
 from server.strategies import (
     Arrival,
     CenteredClip,
@@ -389,7 +390,7 @@ def _labelled(gradient, counts, task: str) -> Arrival:
 def test_fltrust_by_labels_scores_a_device_against_the_labels_it_trained_on():
     reference = LabelledReference([0.0, 0.0])
     plain = TrustedScore(_Recorder(), test="fltrust", reference=reference)
-    by_labels = TrustedScore(_Recorder(), test="fltrust", by_labels=True, reference=reference)
+    by_labels = TrustedScore(_Recorder(), test="fltrust", by_labels="push", reference=reference)
     # a device holding only label 1 pushes what raises label 1 and lowers label 0: against the whole g_s
     # its cosine is 0 (dropped), against label 1's it is 0.71 (kept)
     own = [-1.0, 1.0]
@@ -403,3 +404,21 @@ def test_fltrust_by_labels_scores_a_device_against_the_labels_it_trained_on():
     assert reference.calls == calls + 1
     # a claim of a label no trusted sample has (2) is scored against the whole g_s: −g is still dropped
     assert by_labels.receive(_labelled([-1.0, -1.0], [0, 0, 9], "d")) == 0.0
+
+
+def test_fltrust_by_the_devices_labels_remembers_what_it_claimed_and_caps_the_weight():
+    reference = LabelledReference([0.0, 0.0])
+    strategy = TrustedScore(_Recorder(), test="fltrust", by_labels="device", max_weight=1.0,
+                            reference=reference)  # fmt: skip
+    for task in ("a", "b", "c"):  # a device that trained on label 0 only
+        strategy.receive(_labelled([1.0, 0.0], [5, 0, 0], task))
+    # now it claims label 1 for a push that points along label 1: its record (15 of label 0, 5 of label 1)
+    # is scored, not this claim: cos([0, 1], [0.75, 0.25]) = 0.32, below its standing so far, so it weighs
+    # less than 1 (with max_weight 1, nothing ever weighs more)
+    strategy.receive(_labelled([0.0, 1.0], [0, 5, 0], "d"))
+    np.testing.assert_allclose(strategy.labels_seen["d"], [15, 5, 0])
+    assert np.linalg.norm(strategy.inner.seen[-1].gradient) < 1.0
+    assert all(np.linalg.norm(a.gradient) <= 1.0 + 1e-6 for a in strategy.inner.seen)
+    restored = TrustedScore(_Recorder(), test="fltrust", by_labels="device", reference=reference)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    np.testing.assert_allclose(restored.labels_seen["d"], [15, 5, 0])

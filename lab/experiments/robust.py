@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
-from server.strategies.trusted_score import RECOMMENDED_DEFENCE
 from sim.workloads import Workload
 
 NAME = "robust"
@@ -54,6 +53,7 @@ FLEETS: dict[str, Workload] = {
 }
 TARGETS = {"peer-mlp": 0.85, "peer": 0.90, "fleet100": 0.85, "quick": 0.60}  # fixed before any run
 
+FLTRUST_DEVICE = {"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "none": (),
@@ -64,12 +64,18 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "median": ({"name": "robust-aggregation", "statistic": "median"},),
     "trusted-score": ({"name": "trusted-score"},),  # its reference gradient: the simulator's (below)
     "fltrust": ({"name": "trusted-score", "test": "fltrust"},),  # the same reference, FLTrust's weighing
-    "fltrust-device": (RECOMMENDED_DEFENCE,),  # FLTrust by each device's standing, at the fleet's scale
+    # FLTrust by each device's standing (its last ~10 scores), at the fleet's norm: recommended until
+    # 2026-11-28 (IPM cost it 18-33 points, and it gave 19-59% of honest pushes weight 0)
+    "fltrust-device": (FLTRUST_DEVICE,),
     # the same, only the longer gradients brought down to the fleet's norm (a short one is never amplified)
-    "fltrust-device-down": ({**RECOMMENDED_DEFENCE, "scale": "fleet-down"},),
-    # and scored against the trusted digits of the labels a device says it trained on (its attackers lie:
-    # each claims the label its gradient agrees with most, sim/adversary.py ``claimed``)
-    "fltrust-labels": ({**RECOMMENDED_DEFENCE, "scale": "fleet-down", "by_labels": True},),
+    "fltrust-device-down": ({**FLTRUST_DEVICE, "scale": "fleet-down"},),
+    # and scored against the trusted digits of the labels a device says it trained on, by each push's claim
+    # or by all the device's claims so far, no gradient weighing over its own (its attackers lie: each
+    # claims the label its gradient agrees with most, per push or once for good: sim/adversary.py)
+    "fltrust-labels": ({**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "push"},),
+    "fltrust-labels-device": (
+        {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0},
+    ),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
@@ -132,7 +138,7 @@ def defended(run: Run, reference: SimulatedReference) -> Any:
     """The default strategy inside ``run``'s defence (Kardam assumes ``KARDAM_SHARE`` of the devices)."""
     from server.strategies import WRAPPERS, default_strategy, make_strategy, wrap
 
-    name, rate = default_strategy()
+    name, rate = default_strategy(FLEETS[run.fleet].model)  # at the model's own rate, as deployed
     configs = []
     for config in DEFENCES[run.defence]:
         fields = dict(config)
@@ -153,7 +159,8 @@ def simulate(run: Run) -> dict[str, Any]:
     reference = SimulatedReference(bench, rows)
     attack = None
     if run.attack is not None:
-        claim = any(config.get("by_labels") for config in DEFENCES[run.defence])  # lie to one that reads
+        reads = {config.get("by_labels", "none") for config in DEFENCES[run.defence]}  # lie to one that reads
+        claim = "commit" if "device" in reads else "push" if "push" in reads else None
         attack = adversary(
             run.attack, devices=w.devices, attackers=run.attackers, seed=run.seed, claim=claim,
             **ATTACKS[run.attack],

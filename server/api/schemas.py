@@ -179,6 +179,9 @@ class ManifestOut(BaseModel):
         default_factory=list, description="the DP graph's clipped-sum outputs (empty: no DP graph)"
     )
     clip_name: str = Field("clip", description="the DP graph's scalar input, the clip bound C")
+    learning_rate: float | None = Field(
+        None, description="the default strategy's step for this model when its rate is not set"
+    )
     num_params: int
 
 

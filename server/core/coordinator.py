@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fleet_protocol import Bundle
+from fleet_protocol import Bundle, Manifest
 from server.core.admission import AdmissionController
 from server.core.attestation import Attestation
 from server.core.catalog import Catalog, ModelInfo
@@ -84,8 +84,11 @@ class Coordinator(Granting, Steering):
         health: HealthPolicy | None = None,
         attestation: Attestation | None = None,
         enroll_quota: int | None = None,
+        model_rate: bool = False,
     ) -> None:
-        """``checks``: what a push must pass besides its lease's expiry and the run's (the aggregator:
+        """``model_rate``: the strategy steps at the model's own rate (its manifest's ``learning_rate``)
+        where it has one; the composition root sets it when the settings leave the rate unset. ``checks``:
+        what a push must pass besides its lease's expiry and the run's (the aggregator:
         ``TRUSTED``). ``sink``: where an accepted push goes (None: ``ApplyNow``, over this coordinator's
         strategy, profiler and catalog; an API worker: ``Enqueue``). ``versions``: ``OwnState`` (None)
         or ``FollowStorage`` (an API worker). ``recall_wait_s``: how long a push for a task this process
@@ -97,6 +100,7 @@ class Coordinator(Granting, Steering):
         self.health_policy = health or HealthPolicy()
         self.profiler = profiler
         self.strategy_factory = strategy_factory
+        self.model_rate = model_rate
         self.admission = admission or AdmissionController()
         self.clock = clock
         self.lease_seconds = lease_seconds
@@ -166,14 +170,15 @@ class Coordinator(Granting, Steering):
 
     def _activate(self, model_id: str) -> None:
         row = self.catalog.record(model_id)
-        strategy = self.strategy_factory()
+        manifest = self.catalog.manifest(model_id)
+        strategy = self.strategy_for(manifest)
         state = self.store.strategy_state(model_id)
         if state is not None:
             strategy.load_state_dict(state)
         params = self.catalog.params(model_id, row.current_version).astype(np.float32)
         self.run = TrainingRun(
             model_id=model_id,
-            manifest=self.catalog.manifest(model_id),
+            manifest=manifest,
             params=params,
             version=row.current_version,
             status=row.status,
@@ -184,6 +189,13 @@ class Coordinator(Granting, Steering):
         )
         self.recent.training_since = self.clock()
         log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
+
+    def strategy_for(self, manifest: Manifest) -> Strategy:
+        """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``."""
+        strategy = self.strategy_factory()
+        if self.model_rate and manifest.learning_rate is not None:
+            strategy.learning_rate = manifest.learning_rate
+        return strategy
 
     def add_model(self, bundle: Bundle, *, name: str | None = None, actor: str = "admin") -> ModelInfo:
         with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fleet_protocol import Manifest
 from server.core.admission import AdmissionController
 from server.core.catalog import Catalog
 from server.core.devices import DeviceRegistry
@@ -47,6 +48,8 @@ class Steering:
     journal: Journal
     clock: Callable[[], float]
     strategy_factory: Callable[[], Strategy]
+    model_rate: bool
+    strategy_for: Callable[[Manifest], Strategy]  # the factory's strategy, at the model's own rate
     admission: AdmissionController
     lease_seconds: float
     max_gradient_norm: float
@@ -135,7 +138,7 @@ class Steering:
             chosen = candidate(self.catalog, model_id, version, retention=self.version_retention)
             with self._lock:
                 self._require_storage()
-                strategy = self.strategy_factory()
+                strategy = self.strategy_for(chosen.manifest)
                 at = self.clock()
                 run, event = promoted(
                     self._require_run(), chosen, strategy, actor=actor, at=at, kind=kind, note=text
@@ -191,6 +194,7 @@ class Steering:
         self,
         *,
         strategy_factory: Callable[[], Strategy] | None = None,
+        model_rate: bool | None = None,
         lease_seconds: float | None = None,
         max_gradient_norm: float | None = None,
         admission: AdmissionController | None = None,
@@ -198,11 +202,13 @@ class Steering:
         """Change settings while training: a new strategy keeps the running one's state when it is the
         same kind (server/core/run.py ``carried_over``), and later activations use its factory."""
         with self._lock:
+            if model_rate is not None:
+                self.model_rate = model_rate
             if strategy_factory is not None:
                 self.strategy_factory = strategy_factory
                 run = self.run
                 if run is not None:
-                    run.strategy = carried_over(run.strategy, strategy_factory())
+                    run.strategy = carried_over(run.strategy, self.strategy_for(run.manifest))
                     state = StateCheckpoint(run.model_id, run.strategy.state_dict(), at=self.clock())
                     self.journal.record(state)  # a restart loads the new strategy's state
             if lease_seconds is not None:

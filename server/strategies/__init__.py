@@ -128,10 +128,17 @@ def dp_refusal(strategy: Strategy, *, similarity_drop: float = 0.0) -> str | Non
     )
 
 
-def default_strategy() -> tuple[str, float]:
-    """Fleet's default strategy and its own rate: what a deployment that sets nothing runs (the
-    declared default, not the environment's FLEET_STRATEGY)."""
-    return DEFAULT_STRATEGY, float(make_strategy(DEFAULT_STRATEGY).learning_rate)
+def default_strategy(model: str | None = None) -> tuple[str, float]:
+    """Fleet's default strategy and its rate: what a deployment that sets nothing runs (the declared
+    default, not the environment's FLEET_STRATEGY), on the bundled ``model`` at its own rate if it has one
+    (its manifest's ``learning_rate``: server/compose.py ``at_model_rate``)."""
+    rate = float(make_strategy(DEFAULT_STRATEGY).learning_rate)
+    if model is not None:
+        from models.manifest import builtin  # the bundled models' manifests; the core knows no files
+
+        own = builtin(model).manifest.learning_rate
+        rate = rate if own is None else float(own)
+    return DEFAULT_STRATEGY, rate
 
 
 __all__ = [
