@@ -44,8 +44,9 @@ def export_bundle(name: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     module = build(name, seed=seed)  # raises KeyError naming the known models
     spec = BUILTINS[name]
     return export_module(
-        module, out_dir, name=name, input_shape=spec.input_shape, num_classes=spec.num_classes, loss=spec.loss
-    )
+        module, out_dir, name=name, input_shape=spec.input_shape, num_classes=spec.num_classes, loss=spec.loss,
+        learning_rate=spec.learning_rate,
+    )  # fmt: skip
 
 
 def export_module(
@@ -57,6 +58,7 @@ def export_module(
     num_classes: int,
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mean_cross_entropy,
     tolerance: float = GRADIENT_TOLERANCE,
+    learning_rate: float | None = None,
 ) -> Path:
     """Export any torch classifier made of supported layers to a bundle in ``out_dir``; return ``out_dir``.
 
@@ -76,7 +78,7 @@ def export_module(
     if not named:
         raise ValueError("the module has no trainable parameters")
     names = list(named)
-    manifest = _manifest(name, named, input_shape, num_classes)
+    manifest = dataclasses.replace(_manifest(name, named, input_shape, num_classes), learning_rate=learning_rate)
 
     x = torch.zeros(TRACE_BATCH, *input_shape)  # tracing only needs shapes and dtypes
     y = torch.zeros(TRACE_BATCH, dtype=torch.int64)

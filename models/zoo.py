@@ -85,12 +85,15 @@ class ModelSpec:
     input_shape: tuple[int, ...]
     num_classes: int
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mean_cross_entropy
+    learning_rate: float | None = None  # the default strategy's rate for it (the manifest's)
 
 
+# the MNIST models' rates: chosen by the fourth default search on its choice half (2026-11-28,
+# docs/results/default-search.md), the CNN's the strategy's own
 BUILTINS: dict[str, ModelSpec] = {
-    "mnist_cnn": ModelSpec(build=MnistCNN, input_shape=(1, 28, 28), num_classes=10),
-    "mlp": ModelSpec(build=MLP, input_shape=(1, 28, 28), num_classes=10),
-    "logreg": ModelSpec(build=LogReg, input_shape=(1, 28, 28), num_classes=10),
+    "mnist_cnn": ModelSpec(build=MnistCNN, input_shape=(1, 28, 28), num_classes=10, learning_rate=0.3),
+    "mlp": ModelSpec(build=MLP, input_shape=(1, 28, 28), num_classes=10, learning_rate=0.6),
+    "logreg": ModelSpec(build=LogReg, input_shape=(1, 28, 28), num_classes=10, learning_rate=1.2),
     "recommender": ModelSpec(build=Recommender, input_shape=(118,), num_classes=100),
 }
 

@@ -69,8 +69,8 @@ def test_the_shipped_default_is_the_one_the_search_chose():
     from server.strategies import default_strategy
 
     s = json.loads((ROOT / "docs" / "results" / "default-search.json").read_text())["summary"]
-    name, rate = default_strategy()
-    assert (ARMS[s["default"]][0], s["default_rate"]) == (name, rate)
-    assert shipped(s["default"], s["default_rate"])[
-        "is_chosen"
-    ]  # s["shipped"]: what ran then, for the record
+    rates = s["default_rate"]  # one rate, or each bundled model's own
+    for model, rate in rates.items() if isinstance(rates, dict) else [(None, rates)]:
+        assert (ARMS[s["default"]][0], rate) == default_strategy(model)
+    chosen = tuple(rates.items()) if isinstance(rates, dict) else rates
+    assert shipped(s["default"], chosen)["is_chosen"]  # s["shipped"]: what ran then, for the record

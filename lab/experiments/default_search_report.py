@@ -139,7 +139,7 @@ def collapses(held: dict[str, Any]) -> list[str]:
     """The rate factors at which the default ended at chance level (the recorded check counts only runs
     flagged diverged: a NaN, or ten identical evaluations at chance; these may wobble at 0.09-0.10)."""
     curve = held["rate_curve"]
-    return [f for f, p in curve.items() if p["diverged"] or p["final"] <= CHANCE]
+    return [f"{float(f):g}" for f, p in curve.items() if p["diverged"] or p["final"] <= CHANCE]
 
 
 def plot(summary: dict[str, Any], cause: dict[str, dict[str, Any]]) -> Any:
