@@ -44,9 +44,14 @@ def export_bundle(name: str, out_dir: str | Path, *, seed: int = 0) -> Path:
     module = build(name, seed=seed)  # raises KeyError naming the known models
     spec = BUILTINS[name]
     return export_module(
-        module, out_dir, name=name, input_shape=spec.input_shape, num_classes=spec.num_classes, loss=spec.loss,
+        module,
+        out_dir,
+        name=name,
+        input_shape=spec.input_shape,
+        num_classes=spec.num_classes,
+        loss=spec.loss,
         learning_rate=spec.learning_rate,
-    )  # fmt: skip
+    )
 
 
 def export_module(
@@ -78,7 +83,8 @@ def export_module(
     if not named:
         raise ValueError("the module has no trainable parameters")
     names = list(named)
-    manifest = dataclasses.replace(_manifest(name, named, input_shape, num_classes), learning_rate=learning_rate)
+    manifest = _manifest(name, named, input_shape, num_classes)
+    manifest = dataclasses.replace(manifest, learning_rate=learning_rate)
 
     x = torch.zeros(TRACE_BATCH, *input_shape)  # tracing only needs shapes and dtypes
     y = torch.zeros(TRACE_BATCH, dtype=torch.int64)

@@ -28,6 +28,7 @@ __all__ = [
     "HELD_BACK",
     "SECOND_HELD_BACK",
     "SUITE",
+    "THIRD_CHOICE",
     "THIRD_HELD_BACK",
     "Workload",
     "workload",

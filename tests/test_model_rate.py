@@ -45,9 +45,10 @@ def test_another_strategy_keeps_its_own_rate(tmp_path):
 def test_a_manifest_rate_is_carried_and_checked():
     manifest = bundle_at(0.4).manifest
     assert Manifest.from_json(manifest.to_json()).learning_rate == 0.4
-    assert Manifest.from_json(builtin("logreg").manifest.to_json()).learning_rate == builtin(
-        "logreg"
-    ).manifest.learning_rate
+    assert (
+        Manifest.from_json(builtin("logreg").manifest.to_json()).learning_rate
+        == builtin("logreg").manifest.learning_rate
+    )
     for bad in (0.0, -1.0, float("nan"), 1e9):
         with pytest.raises(ValueError, match="learning_rate"):
             dataclasses.replace(manifest, learning_rate=bad).validate()

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from sim.data import load_mnist, make_partition
-from sim.workloads import CHOICE, FIRST_HELD_BACK, HELD_BACK, SECOND_HELD_BACK, SUITE, workload
+from sim.workloads import (
+    CHOICE,
+    FIRST_HELD_BACK,
+    HELD_BACK,
+    SECOND_HELD_BACK,
+    SUITE,
+    THIRD_CHOICE,
+    THIRD_HELD_BACK,
+    workload,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +61,12 @@ def test_an_unknown_split_or_workload_names_the_known_ones(train):
 def test_the_suite_has_twelve_workloads_or_more_and_two_halves_that_never_mix():
     names = [w.name for w in SUITE]
     assert len(names) >= 12 and len(set(names)) == len(names)
-    assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) | set(HELD_BACK) == set(names)
+    seen = {*THIRD_CHOICE, *THIRD_HELD_BACK}  # every workload a search has run on
+    assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) <= seen and seen | set(HELD_BACK) == set(names)
+    assert seen.isdisjoint(HELD_BACK)  # a held-back half is fresh
     assert min(len(CHOICE), len(HELD_BACK)) >= 6
     assert any(workload(n).split == "adjacent" for n in HELD_BACK)  # the split the old default plateaued on
-    assert set(FIRST_HELD_BACK) | set(SECOND_HELD_BACK) <= set(
-        CHOICE
-    )  # reported once and seen: only chosen on since
+    assert set(FIRST_HELD_BACK) | set(SECOND_HELD_BACK) <= set(THIRD_CHOICE)  # reported once: chosen on since
 
 
 def test_every_dimension_varies_in_both_halves():
@@ -72,9 +81,12 @@ def test_every_dimension_varies_in_both_halves():
             "data": {w.data_seed for w in ws},
         }
 
-    for half in (CHOICE, HELD_BACK):
+    for half in (THIRD_CHOICE, HELD_BACK):
         k = kinds(half)
         assert {"labels", "dirichlet"} <= k["split"] and all(len(v) >= 2 for v in k.values()), (half, k)
+    # the fourth search chose the MLP's and logistic regression's rates on theirs: all at a 7x spread
+    k = kinds(CHOICE)
+    assert k["model"] == {"mlp", "logreg"} and all(len(v) >= 2 for key, v in k.items() if key != "spread")
 
 
 @pytest.mark.parametrize("w", SUITE, ids=lambda w: w.name)
