@@ -34,7 +34,7 @@ from server.strategies.trusted_score import RECOMMENDED_DEFENCE
 # --robust: the recommended robust configuration (server/strategies/trusted_score.py), on TRUSTED_SAMPLES
 # training digits the server holds
 ROBUST: dict[str, Any] = RECOMMENDED_DEFENCE
-ROBUST_NAME = "FLTrust weighing by each device's standing"
+ROBUST_NAME = "FLTrust by each device's standing against the trusted digits of its own labels"
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fleet_protocol import Bundle, Manifest
+from fleet_protocol import Bundle
 from server.core.admission import AdmissionController
 from server.core.attestation import Attestation
 from server.core.catalog import Catalog, ModelInfo
@@ -189,13 +189,6 @@ class Coordinator(Granting, Steering):
         )
         self.recent.training_since = self.clock()
         log.info("training %s from version %d with %r", model_id, row.current_version, strategy)
-
-    def strategy_for(self, manifest: Manifest) -> Strategy:
-        """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``."""
-        strategy = self.strategy_factory()
-        if self.model_rate and manifest.learning_rate is not None:
-            strategy.learning_rate = manifest.learning_rate
-        return strategy
 
     def add_model(self, bundle: Bundle, *, name: str | None = None, actor: str = "admin") -> ModelInfo:
         with self._lock:

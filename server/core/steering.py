@@ -49,7 +49,6 @@ class Steering:
     clock: Callable[[], float]
     strategy_factory: Callable[[], Strategy]
     model_rate: bool
-    strategy_for: Callable[[Manifest], Strategy]  # the factory's strategy, at the model's own rate
     admission: AdmissionController
     lease_seconds: float
     max_gradient_norm: float
@@ -189,6 +188,13 @@ class Steering:
         """The device's token stops working now; its leases stay (its pushes fail authentication).
         Enrollment keys are the registry's: ``self.devices.create_enrollment_key`` and the rest."""
         self.devices.revoke(device_id, actor=actor)
+
+    def strategy_for(self, manifest: Manifest) -> Strategy:
+        """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``."""
+        strategy = self.strategy_factory()
+        if self.model_rate and manifest.learning_rate is not None:
+            strategy.learning_rate = manifest.learning_rate
+        return strategy
 
     def reconfigure(
         self,
