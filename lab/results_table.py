@@ -138,7 +138,6 @@ def held_back_time(run: dict[str, Any]) -> str:
 def default_rows(data: dict[str, Any]) -> Iterator[Row]:
     """`python -m lab run default-search`: on each held-back workload, the untuned default's time to the
     workload's target against the best tuned run's, and its final accuracy against the best."""
-    from lab.experiments.default_search_report import rates_text
     from sim.workloads import workload as workload_named
 
     s = data["summary"]
@@ -147,10 +146,10 @@ def default_rows(data: dict[str, Any]) -> Iterator[Row]:
         time = held_back_time(own)
         ratio = f" ({own['ratio']:.2f}x)" if own["ratio"] is not None else ""
         rates = s["default_rate"]
-        rate = rates_text(rates[workload_named(workload).model] if isinstance(rates, dict) else rates)
+        rate = rates[workload_named(workload).model] if isinstance(rates, dict) else rates  # its model's
         yield (
             f"held-back {workload}: virtual s to {h['target']:.3f} (best final − 1 pt) and final accuracy, "
-            f"the default ({s['default']}, {rate.replace(' = ', '=')}, untuned) / the best tuned run "
+            f"the default ({s['default']}, γ={rate}, untuned) / the best tuned run "
             f"({best['arm']}, γ={best['lr']})",
             f"{time} / {best['time']:.1f}{ratio}; {own['final']:.3f} / {h['best_final']:.3f}",
             "≤ 1.1x; within 0.005",

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client._attacks import Attack, Backdoor, Sybil, add_trigger, attack_success_rate, make_attack
+from server.strategies.trusted_score import cosine
 from sim.controlled import Workbench
 
 __all__ = ["Adversary", "adversary", "backdoor_success"]
@@ -47,9 +48,10 @@ class Adversary:
             raise ValueError(f"window must be >= 1, got {window}")
         self.attack, self.attackers = attack, frozenset(int(i) for i in attackers)
         # lie about the labels, against a defence that reads them (``claimed``): the best label for each push,
-        # or the best for the first push, kept (against a defence that remembers a device's labels)
+        # or the best for the first push, kept by every attacker (against one that remembers a device's)
         self.claim = claim
         self.committed: int | None = None
+        self.label_rows: dict[int, np.ndarray] | None = None  # ``claimed``'s training digits of each label
         self.recent: deque[np.ndarray] = deque(maxlen=window)  # honest gradients that reached the server
         self.pushed = self.dropped = 0  # Byzantine pushes, and those the strategy gave weight 0
         self.honest_pushed = self.honest_dropped = 0
@@ -96,16 +98,16 @@ class Adversary:
         pushed gradient agrees with most: what an attacker claims to have trained on, so that a defence that
         scores a gradient against the claimed labels' reference (trusted-score ``by_labels``) sees the best
         case for it. Omniscient: it knows the training digits of every label."""
-        best, best_cosine = 0, -np.inf
-        for label in range(bench.num_classes):
-            rows = np.flatnonzero(bench.train.y == label)[:per_label]
-            if not len(rows):
-                continue
-            g = bench.gradients.loss_and_gradient(params, bench.train.x[rows], bench.train.y[rows])[1]
-            cosine = float(g @ pushed) / (float(np.linalg.norm(g) * np.linalg.norm(pushed)) or 1.0)
-            if cosine > best_cosine:
-                best, best_cosine = label, cosine
-        return best
+        if self.label_rows is None:  # the same digits every push: found once
+            labels = range(bench.num_classes)
+            found = {label: np.flatnonzero(bench.train.y == label)[:per_label] for label in labels}
+            self.label_rows = {label: rows for label, rows in found.items() if len(rows)}
+
+        def agreement(label: int) -> float:
+            x, y = bench.train.x[self.label_rows[label]], bench.train.y[self.label_rows[label]]
+            return cosine(bench.gradients.loss_and_gradient(params, x, y)[1], pushed)
+
+        return max(self.label_rows, key=agreement)
 
     def observe(self, byzantine: bool, gradient: np.ndarray, weight: float) -> None:
         """A push reached the server with ``weight``; an honest one joins the window."""

@@ -253,7 +253,6 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
 def shipped(arm: str, rates: Rates) -> dict[str, Any]:
     """The default a deployment that sets nothing runs, and whether it is the chosen configuration: the
     registered strategy with the arm's settings, at its own rate or at each bundled model's own."""
-    from models.manifest import builtin
     from server.strategies import STRATEGIES, default_strategy
 
     name, own_rate = default_strategy()
@@ -264,7 +263,7 @@ def shipped(arm: str, rates: Rates) -> dict[str, Any]:
     )
     if isinstance(rates, int | float):
         return {"strategy": name, "rate": own_rate, "is_chosen": same and own_rate == rates}
-    models = {model: builtin(model).manifest.learning_rate for model, _ in rates}
+    models = {model: default_strategy(model)[1] for model, _ in rates}
     return {
         "strategy": name,
         "rate": own_rate,

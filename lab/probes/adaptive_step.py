@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from server.strategies.base import Strategy
+from server.strategies.trusted_score import cosine
 from server.strategies.wrappers import StrategyWrapper
 
 DEFAULT = ("fedbuff-equal-ref10", 0.3)
@@ -52,14 +53,13 @@ class AdaptiveStep(StrategyWrapper):
             gradient = step / float(self.inner.learning_rate)
             return params + np.float32(self.dog(params, gradient)) * gradient
         previous, self.previous = self.previous, step
-        norms = 0.0 if previous is None else float(np.linalg.norm(step) * np.linalg.norm(previous))
-        if norms > 0 and math.isfinite(norms):
-            cosine = float(np.dot(step, previous)) / norms
-            self.cosines.append(cosine)
+        if previous is not None and np.isfinite(step).all() and step.any() and previous.any():
+            agreement = cosine(step, previous)
+            self.cosines.append(agreement)
             if self.kind == "agree":
-                self.multiplier *= math.exp(self.values[0] * cosine)
+                self.multiplier *= math.exp(self.values[0] * agreement)
             elif self.kind == "disagree":
-                self.multiplier *= math.exp(-self.values[0] * (cosine - self.values[1]))
+                self.multiplier *= math.exp(-self.values[0] * (agreement - self.values[1]))
             self.multiplier = min(4.0, max(0.25, self.multiplier))
         return params + np.float32(self.multiplier) * step
 
