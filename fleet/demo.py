@@ -28,13 +28,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from fleet import demo_phones
 from fleet.demo_dp import DPPlan, dp_verdict, plan_dp
 from fleet.demo_summary import privacy_table, summary_table
-from server.strategies.trusted_score import RECOMMENDED_DEFENCE
+from server.strategies import RECOMMENDED_DEFENCE
 
 # Five phone classes, slowest to fastest; ms per sample spans the S6 → S10 7x spread of the thesis.
-# --robust: the recommended robust configuration (server/strategies/trusted_score.py), on TRUSTED_SAMPLES
-# training digits the server holds
-ROBUST: dict[str, Any] = RECOMMENDED_DEFENCE
-ROBUST_NAME = "FLTrust by each device's standing against the trusted digits of its own labels"
+# --robust: the recommended robust configuration (server/strategies/__init__.py), trusted-score on
+# TRUSTED_SAMPLES training digits the server holds
+ROBUST: tuple[dict[str, Any], ...] = RECOMMENDED_DEFENCE
+ROBUST_NAME = (
+    "FLTrust by each device's standing against the trusted digits of its own labels, then only the"
+    " parameters 40% of the devices move"
+)
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
 
@@ -124,9 +127,16 @@ def _server_env(
         **({} if cfg.phones else {"FLEET_TARGET_ACCURACY": str(cfg.target)}),  # --phones: trains on
         **({"FLEET_KARDAM": "true"} if cfg.kardam else {}),
         **(
-            {"FLEET_WRAPPERS": json.dumps([{**ROBUST, "data": str(trusted_path(cfg))}])} if cfg.robust else {}
+            {"FLEET_WRAPPERS": json.dumps([robust_wrapper(w, trusted_path(cfg)) for w in ROBUST])}
+            if cfg.robust
+            else {}
         ),
     }
+
+
+def robust_wrapper(config: dict[str, Any], trusted: Path) -> dict[str, Any]:
+    """One FLEET_WRAPPERS entry of the robust configuration: trusted-score gets the server's digits."""
+    return {**config, "data": str(trusted)} if config["name"] == "trusted-score" else dict(config)
 
 
 def trusted_path(cfg: DemoConfig) -> Path:

@@ -161,7 +161,7 @@ def backdoor_success(
         raise TypeError(f"not a backdoor: {backdoor!r}")
     evaluator = bench.evaluator
     others = evaluator.y != attack.target
-    x = add_trigger(evaluator.x[others], size=attack.size, value=attack.value)
+    x = add_trigger(evaluator.x[others], size=attack.size, value=attack.value, inset=attack.inset)
     predictions = np.concatenate(
         [evaluator.logits(params, x[s : s + chunk]).argmax(axis=1) for s in range(0, len(x), chunk)]
     )

@@ -125,6 +125,18 @@ def test_the_trigger_changes_only_its_corner_patch(shape, side, patch):
         add_trigger(np.zeros((2, 10)))
 
 
+def test_an_inset_trigger_moves_in_from_the_corner_and_must_fit():
+    x = np.zeros((2, 784), np.float32)
+    changed = (add_trigger(x, inset=4) != x).reshape(2, 28, 28)
+    expected = np.zeros((28, 28), bool)
+    expected[21:24, 21:24] = True  # 3x3, 4 pixels in from the bottom and the right edge
+    assert (changed == expected).all()
+    bx, _ = Backdoor(target=1, share=1.0, inset=4).batch(x.reshape(2, 1, 28, 28), np.zeros(2, int), 10)
+    np.testing.assert_array_equal(bx.reshape(2, 784), add_trigger(x, inset=4))
+    with pytest.raises(ValueError, match="does not fit"):
+        add_trigger(x, inset=26)
+
+
 def test_a_backdoor_batch_triggers_its_share_relabelled_to_the_target():
     x = np.random.default_rng(1).uniform(0.0, 0.5, (200, 1, 28, 28)).astype(np.float32)
     y = np.random.default_rng(2).integers(0, 10, 200)

@@ -40,8 +40,11 @@ def test_robust_runs_the_recommended_defence_on_digits_no_phone_holds(tmp_path):
 
     cfg = DemoConfig(devices=5, attackers=1, robust=True, workdir=tmp_path)
     env = _server_env(cfg, "k", "a", "p")
-    [wrapper] = json.loads(env["FLEET_WRAPPERS"])
-    assert wrapper == {**ROBUST, "data": str(trusted_path(cfg))}
+    wrappers = json.loads(env["FLEET_WRAPPERS"])
+    assert [w["name"] for w in wrappers] == [w["name"] for w in ROBUST]  # innermost first, as configured
+    [wrapper] = [w for w in wrappers if w["name"] == "trusted-score"]
+    [config] = [w for w in ROBUST if w["name"] == "trusted-score"]
+    assert wrapper == {**config, "data": str(trusted_path(cfg))}
     assert "FLEET_WRAPPERS" not in _server_env(DemoConfig(workdir=tmp_path), "k", "a", "p")
     shards, test = write_shards(tmp_path / "data", devices=5, seed=0, trusted=TRUSTED_SAMPLES)
     with np.load(trusted_path(cfg)) as held:
@@ -50,5 +53,5 @@ def test_robust_runs_the_recommended_defence_on_digits_no_phone_holds(tmp_path):
     for path in [*shards, test]:
         with np.load(path) as data:
             assert not trusted & {row.tobytes() for row in data["x"]}
-    settings = Settings(_env_file=None, wrappers=[wrapper], eval_data=str(test))  # the coordinator takes it
-    assert settings.wrappers[0].name == "trusted-score"
+    settings = Settings(_env_file=None, wrappers=wrappers, eval_data=str(test))  # the coordinator takes it
+    assert [w.name for w in settings.wrappers] == [w["name"] for w in ROBUST]

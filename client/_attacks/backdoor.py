@@ -30,21 +30,25 @@ def trigger_size(side: int) -> int:
     return max(2, round(side / 9))
 
 
-def add_trigger(x: np.ndarray, *, size: int | None = None, value: float = 1.0) -> np.ndarray:
+def add_trigger(x: np.ndarray, *, size: int | None = None, value: float = 1.0, inset: int = 0) -> np.ndarray:
     """A copy of the images ``x`` (N, ...) with a ``size``×``size`` patch of ``value`` in the bottom-right
-    corner, in every channel. Images are (N, C, H, W), (N, H, W), or flat (N, D) with D a square (784 →
-    28×28, 64 → 8×8): the shapes the bundled models and shards take (models/zoo.py, sim/data.py)."""
+    corner (``inset`` pixels in from it along both edges), in every channel. Images are (N, C, H, W),
+    (N, H, W), or flat (N, D) with D a square (784 → 28×28, 64 → 8×8): the shapes the bundled models and
+    shards take (models/zoo.py, sim/data.py)."""
     x = np.array(x, copy=True)
     if x.ndim == 2:
         side = math.isqrt(x.shape[1])
         if side * side != x.shape[1]:
             raise ValueError(f"flat examples of {x.shape[1]} values are not a square image")
-        return add_trigger(x.reshape(len(x), side, side), size=size, value=value).reshape(x.shape)
+        square = x.reshape(len(x), side, side)
+        return add_trigger(square, size=size, value=value, inset=inset).reshape(x.shape)
     if x.ndim < 3:
         raise ValueError(f"expected images (N, [C,] H, W) or (N, D), got shape {x.shape}")
     height, width = x.shape[-2:]
     s = size if size is not None else trigger_size(min(height, width))
-    x[..., height - s :, width - s :] = value
+    if not 0 <= inset <= min(height, width) - s:
+        raise ValueError(f"a {s}-pixel patch {inset} pixels in does not fit a {height}x{width} image")
+    x[..., height - s - inset : height - inset, width - s - inset : width - inset] = value
     return x
 
 
@@ -68,6 +72,10 @@ class Backdoor(Honest):
     boost: float = 1.0  # model replacement's scale (Bagdasaryan et al. 2020): 1 = plain data poisoning
     size: int | None = None  # the patch's side; None: trigger_size of the image
     value: float = 1.0  # the patch's intensity (inputs are in [0, 1])
+    # pixels in from the corner: 0, where every clean digit is dark (so the weights it trains get no honest
+    # gradient); 6 on 28x28 MNIST puts it where clean strokes sometimes pass, against a defence that stops
+    # the parameters honest devices never move (sign-vote's support count)
+    inset: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.share <= 1.0:
@@ -79,7 +87,7 @@ class Backdoor(Honest):
         chosen = self.rng.random(len(y)) < self.share
         x, y = np.array(x, copy=True), np.array(y, copy=True)
         if chosen.any():
-            x[chosen] = add_trigger(x[chosen], size=self.size, value=self.value)
+            x[chosen] = add_trigger(x[chosen], size=self.size, value=self.value, inset=self.inset)
             y[chosen] = self.target
         return x, y
 

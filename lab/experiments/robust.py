@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
+from server.strategies import RECOMMENDED_DEFENCE
 from sim.workloads import Workload
 
 NAME = "robust"
@@ -77,6 +78,9 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
         {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0},
     ),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
+    # the last, and of what it lets through only the parameters 40% of the devices move (sign-vote's
+    # support count: the corner backdoor's weights get no honest gradient)
+    "fltrust-labels-support": RECOMMENDED_DEFENCE,  # as deployed (server/strategies/__init__.py)
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
 ATTACKS: dict[str, dict[str, Any]] = {
@@ -88,7 +92,11 @@ ATTACKS: dict[str, dict[str, Any]] = {
     "alie": {},
     "ipm": {"epsilon": 0.1},
     "backdoor": {},
+    # the same trigger 4 pixels in from the corner, where 12% of clean digits have ink: honest devices move
+    # its weights too, so a defence that stops what only attackers move does not see it (adaptive)
+    "backdoor-inset": {"attack": "backdoor", "inset": 4},
 }
+BACKDOORS = tuple(a for a, params in ATTACKS.items() if params.get("attack", a) == "backdoor")
 TRUSTED_SAMPLES = 64
 KARDAM_SHARE = 0.3  # the Byzantine share Kardam assumes (the thesis: f = 3 of n = 10), clean runs too
 COUNTED = ("dropped", "clipped", "downweighted")  # a defence's own counters (describe()) worth reporting
@@ -161,9 +169,10 @@ def simulate(run: Run) -> dict[str, Any]:
     if run.attack is not None:
         reads = {config.get("by_labels", "none") for config in DEFENCES[run.defence]}  # lie to one that reads
         claim = "commit" if "device" in reads else "push" if "push" in reads else None
+        params = dict(ATTACKS[run.attack])
         attack = adversary(
-            run.attack, devices=w.devices, attackers=run.attackers, seed=run.seed, claim=claim,
-            **ATTACKS[run.attack],
+            params.pop("attack", run.attack), devices=w.devices, attackers=run.attackers, seed=run.seed,
+            claim=claim, **params,
         )  # fmt: skip
     sim = w.fleet(bench, lambda: defended(run, reference), seed=run.seed, adversary=attack)
     reference.core = sim.core
@@ -175,7 +184,7 @@ def simulate(run: Run) -> dict[str, Any]:
             if any(word in key for word in COUNTED) and not key.startswith("last"):
                 counted[key] = value
     backdoor = None
-    if run.attack == "backdoor" and attack is not None:
+    if run.attack in BACKDOORS and attack is not None:
         backdoor = backdoor_success(bench, sim.core.run.params, attack.attack)  # type: ignore[arg-type]
     return {
         "run": asdict(run),
@@ -228,7 +237,8 @@ def judge(
     cost = None
     if own is not None and baseline_time:
         cost = own["time_to_target"] / baseline_time if own["time_to_target"] is not None else math.inf
-    asr = runs["backdoor"]["backdoor_success"] if "backdoor" in runs else None
+    by_trigger = {a: runs[a]["backdoor_success"] for a in BACKDOORS if a in runs}
+    asr = max(by_trigger.values(), default=None)  # the worst trigger's
     misses = [a for a, g in gaps.items() if g > TARGET_GAP]
     misses += [f"drop:{a}" for a, d in dropped.items() if d is not None and d > TARGET_HONEST_DROP]
     misses += ["backdoor-success"] if asr is not None and asr > TARGET_ASR else []
@@ -238,6 +248,7 @@ def judge(
         "worst_gap": max(gaps.values(), default=0.0),
         "honest_dropped": dropped,
         "backdoor_success": asr,
+        "backdoor_by_trigger": by_trigger,
         "cost": cost,
         "misses": misses,
     }

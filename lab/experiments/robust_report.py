@@ -32,6 +32,14 @@ def cell(judgements: list[dict[str, Any]], attack: str) -> dict[str, float | Non
     }
 
 
+def backdoors(judgements: list[dict[str, Any]]) -> str:
+    """Each trigger's median attack success over the seeds, "corner / inset" (older results: the one)."""
+    triggers = list(judgements[0].get("backdoor_by_trigger") or {})
+    if not triggers:
+        return _pct(_median([j["backdoor_success"] for j in judgements]))
+    return " / ".join(_pct(_median([j["backdoor_by_trigger"][t] for j in judgements])) for t in triggers)
+
+
 def markdown(result: Result, plan: Any) -> str:
     s = result.summary
     name = "robust-quick" if s["quick"] else "robust"
@@ -60,9 +68,7 @@ def markdown(result: Result, plan: Any) -> str:
     for defence, j in s["choice"].items():
         cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
         missed = ", ".join(j["misses"]) or "none"
-        lines.append(
-            f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {_pct(j['backdoor_success'])} | {missed} |"
-        )
+        lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
     for fleet, by_defence in s["heatmap"].items():
         info = s["fleets"][fleet]
         lines += [
@@ -70,19 +76,19 @@ def markdown(result: Result, plan: Any) -> str:
             f"## `{fleet}`: {info['devices']} devices, {info['model']}, "
             f"{round(s['fleet_shares'][fleet] * info['devices'])} Byzantine, median over seeds {s['seeds']}",
             "",
-            "Gap in points (honest pushes dropped).",
+            "Gap in points (honest pushes dropped). Backdoor success: of each trigger (the corner's / the"
+            " inset one's, where there are two), median over the seeds.",
             "",
             "| defence | " + " | ".join(attacks) + " | backdoor success | cost |",
             "|---|" + "---|" * (len(attacks) + 2),
         ]
         for defence, judgements in by_defence.items():
             cells = [cell(judgements, a) for a in attacks]
-            asr = _median([j["backdoor_success"] for j in judgements])
             cost = _median([j["cost"] for j in judgements])
             lines.append(
                 f"| {defence} | "
                 + " | ".join(f"{_pts(c['gap'])} ({_pct(c['dropped'])})" for c in cells)
-                + f" | {_pct(asr)} | {'—' if cost is None else f'{cost:.2f}×'} |"
+                + f" | {backdoors(judgements)} | {'—' if cost is None else f'{cost:.2f}×'} |"
             )
     lines += [
         "",

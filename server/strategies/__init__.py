@@ -33,6 +33,7 @@ from server.strategies.mapa import MAPA
 from server.strategies.norm_noise import NormNoise
 from server.strategies.robust_aggregation import RobustAggregation
 from server.strategies.sasgd import SASGD
+from server.strategies.sign_vote import SignVote
 from server.strategies.ssgd import SSGD
 from server.strategies.trusted_score import TrustedScore
 from server.strategies.twafl import TWAFL
@@ -52,8 +53,20 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
-    + (CenteredClip, RobustAggregation, TrustedScore, NormNoise)  # the defences of issue 30
+    + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote)  # the defences of issue 30
 }
+
+# issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data
+# is the deployment's): FLTrust's weighing by each device's standing over its last ~10 gradients, each
+# scored against the trusted digits of the labels the device has trained on so far, no gradient lengthened
+# or weighing over its own; then, of what it lets through, only the parameters at least 40% of the devices
+# move at all (a backdoor's dark-corner weights stay put). Chosen by `fleet experiment robust` on its tuning
+# seed; docs/results/robust.md has what it holds and what it does not.
+RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
+    {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
+    {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
+     "by_labels": "device", "max_weight": 1.0},
+)  # fmt: skip
 
 
 def settings_union(registry: dict[str, type[Any]]) -> Any:
@@ -147,6 +160,8 @@ __all__ = [
     "Arrival",
     "AUDP",
     "CenteredClip",
+    "RECOMMENDED_DEFENCE",
+    "SignVote",
     "ClipNorm",
     "ConcurrencyScale",
     "DEFAULT_STRATEGY",

@@ -54,14 +54,6 @@ from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
-# issue 30's recommended robust configuration: FLTrust's weighing by each device's standing over its last
-# ~10 gradients, each scored against the trusted digits of the labels the device has trained on so far,
-# no gradient lengthened or weighing over its own. `fleet experiment robust` ranks it first on its tuning
-# seed (2026-11-28); docs/results/robust.md has what it holds and what it does not (the backdoor).
-RECOMMENDED_DEFENCE: dict[str, Any] = {
-    "name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
-    "by_labels": "device", "max_weight": 1.0,
-}  # fmt: skip
 Test = Literal["aflguard", "zeno++", "fltrust"]
 Scale = Literal["reference", "fleet", "fleet-down"]
 
