@@ -230,7 +230,7 @@ def test_the_console_form_offers_the_defences():
     from server.console.pages import input_kind
     from server.strategies import WRAPPERS
 
-    for name in ("centered-clip", "robust-aggregation", "trusted-score", "norm-noise"):
+    for name in ("centered-clip", "robust-aggregation", "trusted-score", "norm-noise", "sign-vote"):
         fields = WRAPPERS[name].settings.model_fields
         assert all(field.description for key, field in fields.items() if key != "name")
     statistic = WRAPPERS["robust-aggregation"].settings.model_fields["statistic"]

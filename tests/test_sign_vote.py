@@ -62,6 +62,16 @@ def test_by_support_a_parameter_moves_when_enough_devices_move_it_whichever_way(
     assert vote.tally.tolist() == [10, 3]
 
 
+def test_with_a_floor_a_device_supports_only_what_it_moves_materially():
+    vote = SignVote(make_strategy("dynsgd", k=100), threshold=0.4, floor=0.5)
+    for i in range(7):  # honest: parameter 1 moved, but by a hair (1% of the device's mean |g|)
+        vote.receive(arrival([2.0, 0.02, 1.0], f"honest{i}"))
+    for i in range(3):
+        vote.receive(arrival([2.0, 5.0, 1.0], f"attacker{i}"))
+    assert vote.tally.tolist() == [10, 3, 7]  # the attackers move 2 by less than half their mean |g|
+    np.testing.assert_allclose(last_pushed(vote), [2.0, 0.0, 1.0])
+
+
 def test_the_votes_survive_a_restart_through_the_stores_codec():
     strategy = wrap(make_strategy("fedbuff-equal"), [SignVoteSettings(threshold=0.5)])
     rng = np.random.default_rng(0)

@@ -64,6 +64,9 @@ class SignVoteSettings(WrapperSettings):
     count: Count = Field(
         "support", description="devices that move the parameter at all, or the net sign vote (the paper's)"
     )
+    floor: float = Field(
+        0.0, ge=0, le=100, description="support: a device moves a parameter when |g_i| > this × its mean |g|"
+    )
 
 
 class SignVote(StrategyWrapper):
@@ -77,20 +80,24 @@ class SignVote(StrategyWrapper):
         devices: int = 100,
         against: Against = "zero",
         count: Count = "support",
+        floor: float = 0.0,
     ) -> None:
         super().__init__(inner)
         if against not in ("flip", "zero") or count not in ("sign", "support"):
             raise ValueError(f"sign-vote: unknown against {against!r} or count {count!r}")
         self.threshold, self.devices, self.against, self.count = threshold, devices, against, count
+        self.floor = floor
         self.votes: OrderedDict[str, np.ndarray] = OrderedDict()  # device → its latest signs (int8)
         self.tally: np.ndarray | None = None  # Σ of the votes, per parameter
         self.reversed = 0.0
 
     def vote(self, device_id: str, gradient: np.ndarray) -> np.ndarray:
         """Record the device's signs (replacing its last, evicting the longest silent); the tally after."""
-        signs = np.sign(gradient).astype(np.int8)
         if self.count == "support":
-            signs = np.abs(signs)
+            size = np.abs(gradient)
+            signs = (size > self.floor * float(size.mean())).astype(np.int8)
+        else:
+            signs = np.sign(gradient).astype(np.int8)
         if self.tally is None or self.tally.shape != signs.shape:  # a new model: a new vote
             self.votes.clear()
             self.tally = np.zeros(signs.shape, dtype=np.int32)
