@@ -34,10 +34,7 @@ from server.strategies import RECOMMENDED_DEFENCE
 # --robust: the recommended robust configuration (server/strategies/__init__.py), trusted-score on
 # TRUSTED_SAMPLES training digits the server holds
 ROBUST: tuple[dict[str, Any], ...] = RECOMMENDED_DEFENCE
-ROBUST_NAME = (
-    "FLTrust by each device's standing against the trusted digits of its own labels, then only the"
-    " parameters 40% of the devices move"
-)
+ROBUST_NAME = "FLTrust by each device's standing against the trusted digits of its own labels"
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
 

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
-from server.strategies import RECOMMENDED_DEFENCE
 from sim.workloads import Workload
 
 NAME = "robust"
@@ -80,7 +79,10 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
     # the last, and of what it lets through only the parameters 40% of the devices move (sign-vote's
     # support count: the corner backdoor's weights get no honest gradient)
-    "fltrust-labels-support": RECOMMENDED_DEFENCE,  # as deployed (server/strategies/__init__.py)
+    "fltrust-labels-support": (
+        {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
+        {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0},
+    ),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
 ATTACKS: dict[str, dict[str, Any]] = {

@@ -59,11 +59,9 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
 # issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data
 # is the deployment's): FLTrust's weighing by each device's standing over its last ~10 gradients, each
 # scored against the trusted digits of the labels the device has trained on so far, no gradient lengthened
-# or weighing over its own; then, of what it lets through, only the parameters at least 40% of the devices
-# move at all (a backdoor's dark-corner weights stay put). Chosen by `fleet experiment robust` on its tuning
-# seed; docs/results/robust.md has what it holds and what it does not.
+# or weighing over its own. `fleet experiment robust` chose it on its tuning seed (2026-11-28, twice);
+# docs/results/robust.md has what it holds and what it does not (the backdoors).
 RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
-    {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
     {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
      "by_labels": "device", "max_weight": 1.0},
 )  # fmt: skip
