@@ -42,6 +42,27 @@ def robust_rows(data: dict[str, Any]) -> Iterator[Row]:
             )
 
 
+def backdoor_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """The backdoor rerun (docs/results/robust-backdoor.md): each defence's success of the corner trigger
+    and of the inset one, and its worst accuracy gap, medians over the seeds."""
+    s = data["summary"]
+    for fleet, by_defence in s["heatmap"].items():
+        for defence, judgements in by_defence.items():
+            triggers = list(judgements[0].get("backdoor_by_trigger") or {})
+            if defence == "none" or not triggers:
+                continue
+            success = [_median([j["backdoor_by_trigger"][t] for j in judgements]) for t in triggers]
+            worst = _median([j["worst_gap"] for j in judgements])
+            yield (
+                f"{defence}, {fleet}, backdoor success by trigger ({' / '.join(triggers)}) / worst gap",
+                " / ".join("—" if v is None else f"{100 * v:.1f}%" for v in success)
+                + f" / {100 * (worst or 0):.1f} points",
+                f"≤ {100 * s['targets']['asr']:.0f}% each / ≤ {100 * s['targets']['gap']:.0f}",
+                results_link("robust-backdoor.md"),
+            )
+
+
 ROBUST_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     ("robust", robust_rows),
+    ("robust-backdoor", backdoor_rows),
 )
