@@ -55,17 +55,3 @@ def test_robust_runs_the_recommended_defence_on_digits_no_phone_holds(tmp_path):
             assert not trusted & {row.tobytes() for row in data["x"]}
     settings = Settings(_env_file=None, wrappers=wrappers, eval_data=str(test))  # the coordinator takes it
     assert [w.name for w in settings.wrappers] == [w["name"] for w in ROBUST]
-
-
-def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():
-    """RECOMMENDED_DEFENCE (what `fleet demo --robust` runs) is, wrapper for wrapper, the defence the last
-    full `fleet experiment robust` recommended (docs/results/robust.json)."""
-    import json
-    from pathlib import Path
-
-    from lab.experiments.robust import DEFENCES
-    from server.strategies import RECOMMENDED_DEFENCE
-
-    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "robust.json"
-    chosen = json.loads(results.read_text())["summary"]["recommended"]
-    assert tuple(DEFENCES[chosen]) == tuple(RECOMMENDED_DEFENCE), chosen

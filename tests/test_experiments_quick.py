@@ -348,3 +348,17 @@ def test_the_robust_choice_ranks_attacks_held_before_honest_work_dropped():
               "misses": ["a", "drop:a", "drop:b", "drop:c", "drop:clean", "backdoor-success"]}  # fmt: skip
     assert standing(strict) == (1, 0.12, 2) and standing(lossy) == (2, 0.7, 0)
     assert sorted([lossy, strict], key=standing)[0] is strict
+
+
+def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():
+    """RECOMMENDED_DEFENCE (what `fleet demo --robust` runs) is, wrapper for wrapper, the defence the last
+    full `fleet experiment robust` recommended (docs/results/robust.json)."""
+    import json
+    from pathlib import Path
+
+    from lab.experiments.robust import DEFENCES
+    from server.strategies import RECOMMENDED_DEFENCE
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "robust.json"
+    chosen = json.loads(results.read_text())["summary"]["recommended"]
+    assert tuple(DEFENCES[chosen]) == tuple(RECOMMENDED_DEFENCE), chosen
