@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from lab.contract import Row
-from lab.experiments.robust_report import _median
+from lab.experiments.robust_report import _median, backdoors
 from lab.render import results_link
 
 
@@ -51,12 +51,10 @@ def backdoor_rows(data: dict[str, Any]) -> Iterator[Row]:
             triggers = list(judgements[0].get("backdoor_by_trigger") or {})
             if defence == "none" or not triggers:
                 continue
-            success = [_median([j["backdoor_by_trigger"][t] for j in judgements]) for t in triggers]
             worst = _median([j["worst_gap"] for j in judgements])
             yield (
                 f"{defence}, {fleet}, backdoor success by trigger ({' / '.join(triggers)}) / worst gap",
-                " / ".join("—" if v is None else f"{100 * v:.1f}%" for v in success)
-                + f" / {100 * (worst or 0):.1f} points",
+                f"{backdoors(judgements)} / {100 * (worst or 0):.1f} points",
                 f"≤ {100 * s['targets']['asr']:.0f}% each / ≤ {100 * s['targets']['gap']:.0f}",
                 results_link("robust-backdoor.md"),
             )

@@ -73,8 +73,8 @@ class Backdoor(Honest):
     size: int | None = None  # the patch's side; None: trigger_size of the image
     value: float = 1.0  # the patch's intensity (inputs are in [0, 1])
     # pixels in from the corner: 0, where every clean digit is dark (so the weights it trains get no honest
-    # gradient); 6 on 28x28 MNIST puts it where clean strokes sometimes pass, against a defence that stops
-    # the parameters honest devices never move (sign-vote's support count)
+    # gradient); 4 on 28x28 MNIST puts it where 12% of clean digits have ink (6: 45%), against a defence
+    # that stops the parameters honest devices never move (sign-vote's support count)
     inset: int = 0
 
     def __post_init__(self) -> None:

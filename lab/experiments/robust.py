@@ -54,6 +54,8 @@ FLEETS: dict[str, Workload] = {
 TARGETS = {"peer-mlp": 0.85, "peer": 0.90, "fleet100": 0.85, "quick": 0.60}  # fixed before any run
 
 FLTRUST_DEVICE = {"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10}
+# the same against the trusted digits of the device's own labels, never lengthened, weighing ≤ its own
+FLTRUST_LABELS_DEVICE = {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "none": (),
@@ -73,15 +75,13 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # or by all the device's claims so far, no gradient weighing over its own (its attackers lie: each
     # claims the label its gradient agrees with most, per push or once for good: sim/adversary.py)
     "fltrust-labels": ({**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "push"},),
-    "fltrust-labels-device": (
-        {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0},
-    ),
+    "fltrust-labels-device": (FLTRUST_LABELS_DEVICE,),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
     # the last, and of what it lets through only the parameters 40% of the devices move (sign-vote's
     # support count: the corner backdoor's weights get no honest gradient)
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
-        {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0},
+        FLTRUST_LABELS_DEVICE,
     ),
 }
 # attack → its parameters (client/_attacks/); None: a clean fleet
