@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from client._attacks import Attack, Backdoor, Sybil, add_trigger, attack_success_rate, make_attack
+from client._attacks import Attack, Backdoor, Honest, Sybil, add_trigger, attack_success_rate, make_attack
 from server.strategies.trusted_score import cosine
 from sim.controlled import Workbench
 
@@ -43,6 +43,7 @@ class Adversary:
         *,
         window: int = 10,
         claim: Literal["push", "commit"] | None = None,
+        silent: bool = False,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
@@ -50,6 +51,8 @@ class Adversary:
         # lie about the labels, against a defence that reads them (``claimed``): the best label for each push,
         # or the best for the first push, kept by every attacker (against one that remembers a device's)
         self.claim = claim
+        # a perfect filter's bound: the attackers take their tasks and their pushes never reach the server
+        self.silent = silent
         self.committed: int | None = None
         self.label_rows: dict[int, np.ndarray] | None = None  # ``claimed``'s training digits of each label
         self.recent: deque[np.ndarray] = deque(maxlen=window)  # honest gradients that reached the server
@@ -140,7 +143,10 @@ def adversary(
     **params: Any,
 ) -> Adversary:
     """The first ``attackers`` of ``devices`` run attack ``name`` (client/_attacks/) with ``params``; ALIE's
-    n and f default to the fleet's, a Sybil's count to ``attackers``, the window to ``devices``."""
+    n and f default to the fleet's, a Sybil's count to ``attackers``, the window to ``devices``. ``"silent"``:
+    no attack, the attackers' pushes are lost on the way (what a defence that drops exactly them reaches)."""
+    if name == "silent":
+        return Adversary(Honest(), range(attackers), window=window or devices, silent=True)
     inner = params.get("inner") if name == "sybil" else name
     if inner == "alie":
         params.setdefault("n", devices)

@@ -189,6 +189,13 @@ class FleetSimulator:
         self.result.gradients += 1
         labels = self.bench.train.y[batch]
         byzantine = self.adversary is not None and self.adversary.is_byzantine(i)
+        if byzantine and self.adversary is not None and self.adversary.silent:
+            self.adversary.observe(True, gradient, 0.0)  # lost on the way: the strategy never sees it
+            self._handed.pop(grant.task_id, None)
+            self.result.dropped += 1
+            vd.busy = False
+            self._request(i)
+            return
         if byzantine:
             assert self.adversary is not None
             params = self._handed.pop(grant.task_id, None) if self.draw_at_grant else drawn

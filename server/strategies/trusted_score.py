@@ -18,7 +18,10 @@ itself on a few samples it trusts (issue 30), in one of three published forms:
   short gradient rescaled up to the fleet's norm is amplified: IPM's −0.1μ, accepted whenever its cosine
   with a noisy g_s is briefly positive, became a full-size step against the mean), and ``device_memory``
   scores a device by the average of its last scores instead of each gradient alone (a non-IID device's
-  gradient often points a little away from g_s; an attacker's always does).
+  gradient often points a little away from g_s; an attacker's always does). ``floor`` gives weight 0 to a
+  score under floor × the median of the recent ones: ReLU(cos) let an attacker with a small positive score
+  keep a small weight, and its norm joined the fleet's (IPM's short pushes, 43% of them on the peer MLP,
+  brought the median norm and with it every honest step down to about half).
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -118,6 +121,12 @@ class TrustedScoreSettings(WrapperSettings):
     max_weight: float = Field(
         2.0, ge=1, le=100, description="FLTrust: no gradient weighs over this × its own"
     )
+    floor: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="FLTrust: a score under this × the median of the recent scores gets weight 0 (0: none)",
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -139,6 +148,7 @@ class TrustedScore(StrategyWrapper):
         device_memory: int = 0,
         by_labels: Literal["none", "push", "device"] = "none",
         max_weight: float = 2.0,
+        floor: float = 0.0,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -151,7 +161,7 @@ class TrustedScore(StrategyWrapper):
         self.norms: deque[float] = deque(maxlen=window)  # FLTrust at the fleet's scale: accepted norms
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
-        self.by_labels, self.max_weight = by_labels, max_weight
+        self.by_labels, self.max_weight, self.floor = by_labels, max_weight, floor
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
         self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})  # (version, label → its g_s)
@@ -213,6 +223,8 @@ class TrustedScore(StrategyWrapper):
         norm = float(np.linalg.norm(arrival.gradient))
         if score <= 0.0 or mean <= 0.0 or norm <= 0.0:
             return None
+        if self.floor and score < self.floor * statistics.median(self.scores):
+            return None  # nor does its norm join the fleet's: IPM's short −εμ pulled the median down
         self.norms.append(norm)
         # statistics' median and mean, not numpy's: the same values, at a tenth of the cost per push
         target = (
