@@ -155,6 +155,11 @@ def test_robust_quick_chooses_on_the_tuning_seed_and_reports_the_heatmap_on_othe
     attacked = next(r for r in runs if r["run"]["attack"] == "sign-flip")
     assert attacked["attackers"] == 3 and attacked["pushes"]["byzantine"] > 0  # 3 of 10 pushed
     assert final["none", "sign-flip"] < final["none", None] - 0.2  # the attack hurts an undefended fleet
+    # the bound: the same fleet with every attacker push lost on the way
+    lead = s["bound"][fleet][str(s["share"])][str(seed)]
+    assert lead == pytest.approx(final["none", None] - final["none", "silent"], abs=1e-4)
+    silent = next(r for r in runs if r["run"]["attack"] == "silent")
+    assert silent["pushes"]["byzantine"] == silent["pushes"]["byzantine_dropped"] > 0
     assert "Recommended" in (tmp_path / "robust-quick.md").read_text()
 
 

@@ -22,7 +22,7 @@ from server.strategies import (
 from server.strategies.centered_clip import centered_clip
 from server.strategies.direction import contributions
 from server.strategies.robust_aggregation import coordinate_median, geometric_median, trimmed_mean
-from server.strategies.trusted_score import aflguard_distance, zeno_score
+from server.strategies.trusted_score import TrustedScoreSettings, aflguard_distance, zeno_score
 
 
 def arrival(gradient, task: str = "t", tau: int = 0, device: str = "d", version: int = 0) -> Arrival:
@@ -372,6 +372,24 @@ def test_fltrust_fleet_down_never_lengthens_a_short_gradient():
         fleet.receive(arrival([2.0, 0.0], f"h{i}"))
     fleet.receive(arrival([0.2, 0.0], "short"))
     assert np.linalg.norm(fleet.inner.seen[-1].gradient) > 1.0  # what fleet-down prevents
+
+
+def test_fltrust_floor_scores_a_low_standing_zero_and_keeps_its_norm_out_of_the_fleets():
+    floor = TrustedScore(_Recorder(), test="fltrust", scale="fleet-down", floor=0.5,
+                         reference=FixedReference([1.0, 0.0]))  # fmt: skip
+    reference = FixedReference([1.0, 0.0])
+    plain = TrustedScore(_Recorder(), test="fltrust", scale="fleet-down", reference=reference)
+    for strategy in (floor, plain):
+        for i in range(5):  # honest: cos 0.98, norm 2
+            strategy.receive(arrival([2.0, 0.4], f"h{i}"))
+        for i in range(4):  # IPM-like: short, agreeing a little (cos 0.2 < half the median 0.98)
+            strategy.receive(arrival([0.02, 0.098], f"s{i}"))
+    assert plain.dropped == 0 and floor.dropped == 4 and floor.last_dropped == "s3"
+    assert min(plain.norms) < 0.2 < 1.9 < min(floor.norms)  # the short norms join the fleet's, or not
+    assert floor.receive(arrival([2.0, 0.4], "h")) > 0  # an honest push still passes
+    assert TrustedScoreSettings(floor=0.5).floor == 0.5
+    with pytest.raises(ValueError):
+        TrustedScoreSettings(floor=1.5)
 
 
 class LabelledReference(FixedReference):

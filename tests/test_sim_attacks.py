@@ -69,6 +69,18 @@ def test_alie_and_ipm_degrade_an_undefended_fedbuff_run(bench):
             assert adv.attack.n == 10 and adv.attack.f == 3  # type: ignore[attr-defined]  # the fleet's n, f
 
 
+def test_silent_attackers_push_nothing_the_strategy_sees_and_keep_their_share_of_the_budget(bench):
+    """The bound beside the defences: what the honest devices reach when every attacker push is lost."""
+    silent = adversary("silent", devices=10, attackers=3, seed=3)
+    result, sim = simulate(bench, silent)
+    counts = silent.counts()
+    assert counts["byzantine"] == counts["byzantine_dropped"] > 80  # each taken task, lost on the way
+    assert counts["honest"] + counts["byzantine"] == 400 and counts["honest_dropped"] == 0
+    assert result.dropped == counts["byzantine"] and not sim._handed
+    assert sim.core.run.strategy.describe()["updates"] == counts["honest"] // 10  # K = 10: honest only
+    assert max(result.accuracy) > 0.5  # the honest seven still learn
+
+
 def test_sybils_in_the_simulator_share_one_enrollment_key(bench):
     adv = adversary("sybil", devices=10, attackers=3, seed=3, inner="sign-flip")
     result, sim = simulate(bench, adv)

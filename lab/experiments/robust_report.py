@@ -40,6 +40,21 @@ def backdoors(judgements: list[dict[str, Any]]) -> str:
     return " / ".join(_pct(_median([j["backdoor_by_trigger"][t] for j in judgements])) for t in triggers)
 
 
+def bound(s: dict[str, Any], fleet: str, share: float, seeds: list[int]) -> str:
+    """The clean fleet's lead over a perfect filter (the attackers' pushes lost on the way), median over
+    ``seeds`` and each seed's, or "" when not measured (results before 2026-11-28)."""
+    leads = (s.get("bound") or {}).get(fleet, {}).get(str(share), {})
+    values = [leads[str(seed)] for seed in seeds if str(seed) in leads]
+    if not values:
+        return ""
+    each = ", ".join(_pts(v) for v in values)
+    return (
+        f"A perfect filter (every attacker push lost on the way: the attackers' data and compute are gone, "
+        f"nothing else) ends {_pts(median(values))} points below the clean fleet (each seed: {each}): the "
+        "part of a gap no filter can win back."
+    )
+
+
 def markdown(result: Result, plan: Any) -> str:
     s = result.summary
     name = "robust-quick" if s["quick"] else "robust"
@@ -69,6 +84,8 @@ def markdown(result: Result, plan: Any) -> str:
         cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
         missed = ", ".join(j["misses"]) or "none"
         lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
+    if line := bound(s, first, s["share"], [s["tune_seed"]]):
+        lines += ["", line]
     for fleet, by_defence in s["heatmap"].items():
         info = s["fleets"][fleet]
         lines += [
@@ -90,6 +107,8 @@ def markdown(result: Result, plan: Any) -> str:
                 + " | ".join(f"{_pts(c['gap'])} ({_pct(c['dropped'])})" for c in cells)
                 + f" | {backdoors(judgements)} | {'—' if cost is None else f'{cost:.2f}×'} |"
             )
+        if line := bound(s, fleet, s["fleet_shares"][fleet], s["seeds"]):
+            lines += ["", line]
     lines += [
         "",
         f"## Final accuracy against the attackers' share (`{first}`, median over seeds)",
