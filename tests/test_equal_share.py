@@ -43,6 +43,28 @@ def test_a_lone_rare_device_is_not_weighed_beyond_the_cap():
     assert strategy.receive(arrival("busy")) >= 1 / 4.0
 
 
+def test_an_arrival_a_defence_withheld_still_counts_so_the_one_that_passes_is_not_weighed_up():
+    """Issue 30: FLTrust with a floor dropped 96% of ALIE's pushes; counted only when they passed, the
+    attackers looked rare and the few that passed weighed 4x."""
+    from server.strategies.trusted_score import TrustedScore
+
+    class Reference:
+        def gradient(self, label=None):
+            return np.float32([1.0, 0.0])
+
+    inner = EqualShare(FedBuff(learning_rate=1.0, k=1000), window=100, cap=4.0)
+    defended = TrustedScore(inner, test="fltrust", scale="fleet-down", reference=Reference())
+    for i in range(10):
+        defended.receive(arrival("honest", (1.0, 0.1), f"h{i}"))
+        assert defended.receive(arrival("attacker", (-1.0, 0.0), f"a{i}")) == 0.0  # withheld, counted
+    assert inner.counts == {"honest": 10, "attacker": 10}
+    assert defended.receive(arrival("attacker", (1.0, 0.1), "passes")) <= 1.0 + 1e-6  # not 4x
+    uncounted = EqualShare(FedBuff(learning_rate=1.0, k=1000), window=100, cap=4.0)
+    for i in range(10):
+        uncounted.receive(arrival("honest", (1.0, 0.1), f"h{i}"))
+    assert uncounted.receive(arrival("attacker", (1.0, 0.1), "passes")) > 3.0  # what the hook prevents
+
+
 def test_equal_shares_survive_a_restart():
     strategy = EqualShare(FedBuff(learning_rate=1.0, k=100), window=5)
     for d in "aabab":

@@ -111,6 +111,10 @@ class Strategy(StrategyPort):
         self.buffer.append(Buffered(arrival.task_id, weight, arrival.gradient, arrival.received_at))
         return weight
 
+    def withheld(self, arrival: Arrival) -> None:
+        """An outer wrapper gave ``arrival`` weight 0, so it never reaches ``receive``; a layer that counts
+        arrivals (EqualShare) still counts it: a device is as frequent as it arrives, not as it passes."""
+
     def ready(self, now: float) -> bool:
         """Whether the buffer should be applied now."""
         if not self.buffer:

@@ -58,6 +58,12 @@ class EqualShare(StrategyWrapper):
         self._count(arrival.device_id)
         return self.receive_scaled(arrival, self.share(arrival.device_id))
 
+    def withheld(self, arrival: Arrival) -> None:
+        # counted all the same: a device whose pushes a defence mostly drops would otherwise look rare,
+        # and the one that passes would weigh up to ``cap`` times (issue 30: 4x for ALIE past FLTrust)
+        self._count(arrival.device_id)
+        self.inner.withheld(arrival)
+
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), "equal_share_recent": list(self.recent)}
 

@@ -257,6 +257,7 @@ class TrustedScore(StrategyWrapper):
         if weighed is None:
             self.dropped += 1
             self.last_dropped = arrival.task_id
+            self.inner.withheld(arrival)
             return 0.0
         return self.inner.receive(weighed)
 

@@ -83,6 +83,9 @@ class StrategyWrapper(Strategy):
     def receive(self, arrival: Arrival) -> float:
         return self.inner.receive(arrival)
 
+    def withheld(self, arrival: Arrival) -> None:
+        self.inner.withheld(arrival)
+
     def receive_scaled(self, arrival: Arrival, factor: float) -> float:
         """``inner.receive``, with the gradient's weight (in the buffer too) multiplied by ``factor``."""
         before = len(self.inner.buffer)
