@@ -60,7 +60,31 @@ def backdoor_rows(data: dict[str, Any]) -> Iterator[Row]:
             )
 
 
+def floor_rows(data: dict[str, Any]) -> Iterator[Row]:
+    """The floor rerun (docs/results/robust-floor.md): each FLTrust variant's median gap under each attack,
+    the worst of them, and what a perfect filter loses on the same seeds (the bound)."""
+    s = data["summary"]
+    for fleet, by_defence in s["heatmap"].items():
+        leads = s["bound"][fleet][str(s["fleet_shares"][fleet])]
+        bound = _median([leads[str(seed)] for seed in s["seeds"] if str(seed) in leads])
+        for defence, judgements in by_defence.items():
+            if defence == "none":
+                continue
+            gaps = {a: _median([j["gaps"][a] for j in judgements]) for a in judgements[0]["gaps"]}
+            over = sum(1 for g in gaps.values() if g is not None and g > s["targets"]["gap"])
+            worst = max(gaps, key=lambda a: gaps[a] if gaps[a] is not None else -1.0)
+            yield (
+                f"{defence}, {fleet}: attacks past the gap target (median over seeds) / worst median gap "
+                "(its attack) / a perfect filter's gap",
+                f"{over} of {len(gaps)} / {100 * (gaps[worst] or 0):.1f} points ({worst}) / "
+                f"{100 * (bound or 0):.1f} points",
+                f"0 / ≤ {100 * s['targets']['gap']:.0f}",
+                results_link("robust-floor.md"),
+            )
+
+
 ROBUST_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     ("robust", robust_rows),
     ("robust-backdoor", backdoor_rows),
+    ("robust-floor", floor_rows),
 )
