@@ -96,6 +96,14 @@ def probe(job: tuple[str, str]) -> dict[str, Any]:
     return output
 
 
+def searched_runs() -> dict[str, dict[tuple[str, float], Any]]:
+    """The last default search's runs (docs/results/default-search.json), by workload, then (arm, rate)."""
+    runs: dict[str, dict[tuple[str, float], Any]] = {}
+    for o in json.loads(RESULTS.read_text())["runs"]:
+        runs.setdefault(o["run"]["workload"], {})[o["run"]["arm"], o["run"]["lr"]] = o
+    return runs
+
+
 def main() -> None:
     from lab.experiments.default_search import judge, time_to
 
@@ -104,9 +112,7 @@ def main() -> None:
     parser.add_argument("--rules", default="agree-0.02,agree-0.05,disagree-0.05-0.2,dog-1.0,dog-0.5,cosines")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    runs: dict[str, dict[tuple[str, float], Any]] = {}
-    for o in json.loads(RESULTS.read_text())["runs"]:
-        runs.setdefault(o["run"]["workload"], {})[o["run"]["arm"], o["run"]["lr"]] = o
+    runs = searched_runs()
     jobs = [(w, rule) for w in args.workloads for rule in args.rules.split(",")]
     with ProcessPoolExecutor(args.workers) as pool:
         for (workload, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import RESULTS
+from lab.probes.adaptive_step import searched_runs
 from server.strategies.base import Strategy
 from server.strategies.guard import LossGuard
 from server.strategies.wrappers import StrategyWrapper
@@ -93,9 +93,7 @@ def main() -> None:
         for f in args.factors.split(",")
         for r in args.rules.split(",")
     ]
-    runs: dict[str, dict[tuple[str, float], Any]] = {}
-    for o in json.loads(RESULTS.read_text())["runs"]:
-        runs.setdefault(o["run"]["workload"], {})[o["run"]["arm"], o["run"]["lr"]] = o
+    runs = searched_runs()
     with ProcessPoolExecutor(args.workers) as pool:
         for (workload, factor, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
             judged = judge(runs[workload])
