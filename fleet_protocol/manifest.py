@@ -58,6 +58,8 @@ class Manifest:
     # the default strategy's step for this model when the settings leave its rate unset (its author's,
     # chosen on half of a workload suite: docs/results/default-search.md); None: the strategy's own
     learning_rate: float | None = None
+    # and the longest step it takes, relative to the parameters' norm (Strategy.max_step); None: uncapped
+    max_step: float | None = None
 
     @property
     def has_dp_graph(self) -> bool:
@@ -101,6 +103,7 @@ class Manifest:
             dp_grad_names=tuple(data.get("dp_grad_names", ())),
             clip_name=data.get("clip_name", "clip"),
             learning_rate=data.get("learning_rate"),
+            max_step=data.get("max_step"),
         )
         manifest.validate()
         return manifest
@@ -116,6 +119,8 @@ class Manifest:
             raise ValueError("manifest needs num_classes >= 2 and an input shape")
         if self.learning_rate is not None and not 0 < self.learning_rate <= 100:  # also refuses NaN
             raise ValueError(f"manifest learning_rate must be in (0, 100], got {self.learning_rate}")
+        if self.max_step is not None and not 0 < self.max_step <= 10:
+            raise ValueError(f"manifest max_step must be in (0, 10], got {self.max_step}")
         if self.grad_names and len(self.grad_names) != len(self.params):
             raise ValueError("one gradient output per parameter")
         if self.dp_grad_names and len(self.dp_grad_names) != len(self.params):

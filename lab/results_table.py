@@ -368,8 +368,9 @@ def default_table(results: Path) -> str:
 
     s = data["summary"]
     registered = ARMS.get(s["default"], (s["default"], {}))[0]
+    rates = rates_text(s["default_rate"], s.get("default_max_step"))
     lines = [
-        f"The default ({registered}, {rates_text(s['default_rate'])}, untuned) on the workloads its choice "
+        f"The default ({registered}, {rates}, untuned) on the workloads its choice "
         "never saw, against the best tuned run on each (virtual seconds to the workload's target, the best "
         "final accuracy less 1 point; final accuracy):",
         "",

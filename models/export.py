@@ -51,6 +51,7 @@ def export_bundle(name: str, out_dir: str | Path, *, seed: int = 0) -> Path:
         num_classes=spec.num_classes,
         loss=spec.loss,
         learning_rate=spec.learning_rate,
+        max_step=spec.max_step,
     )
 
 
@@ -64,6 +65,7 @@ def export_module(
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mean_cross_entropy,
     tolerance: float = GRADIENT_TOLERANCE,
     learning_rate: float | None = None,
+    max_step: float | None = None,
 ) -> Path:
     """Export any torch classifier made of supported layers to a bundle in ``out_dir``; return ``out_dir``.
 
@@ -84,7 +86,7 @@ def export_module(
         raise ValueError("the module has no trainable parameters")
     names = list(named)
     manifest = _manifest(name, named, input_shape, num_classes)
-    manifest = dataclasses.replace(manifest, learning_rate=learning_rate)
+    manifest = dataclasses.replace(manifest, learning_rate=learning_rate, max_step=max_step)
 
     x = torch.zeros(TRACE_BATCH, *input_shape)  # tracing only needs shapes and dtypes
     y = torch.zeros(TRACE_BATCH, dtype=torch.int64)

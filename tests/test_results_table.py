@@ -72,5 +72,10 @@ def test_the_shipped_default_is_the_one_the_search_chose():
     rates = s["default_rate"]  # one rate, or each bundled model's own
     for model, rate in rates.items() if isinstance(rates, dict) else [(None, rates)]:
         assert (ARMS[s["default"]][0], rate) == default_strategy(model)
-    chosen = tuple(rates.items()) if isinstance(rates, dict) else rates
+    caps = s.get("default_max_step", {})  # each capped model's step cap
+    chosen = (
+        tuple((m, r, caps[m]) if m in caps else (m, r) for m, r in rates.items())
+        if isinstance(rates, dict)
+        else rates
+    )
     assert shipped(s["default"], chosen)["is_chosen"]  # s["shipped"]: what ran then, for the record

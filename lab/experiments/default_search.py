@@ -41,36 +41,59 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
-# A candidate's rates: one for every model, or each model's own ((model, rate), ...): a bundled model carries
-# its rate in its manifest, which the default strategy takes when no rate is set (fleet_protocol.Manifest)
-Rates = float | tuple[tuple[str, float], ...]
-# the fourth search (2026-11-28 onwards): the third's choice (one rate) against each model's own. The CNN's
-# rate is 0.3 in all of them, so the choice half is the MLP and logistic-regression workloads
+# A candidate's rates: one for every model, or each model's own ((model, rate) or (model, rate, max_step),
+# ...): a bundled model carries its rate, and its step cap if it has one, in its manifest, which the default
+# strategy takes when no rate is set (fleet_protocol.Manifest)
+Rates = float | tuple[tuple[str, float] | tuple[str, float, float], ...]
+# the fifth search (2026-11-28 onwards): the fourth's choice (each model's own rate) against it with a cap on
+# the MLP's step, ‖Δθ‖ ≤ ρ‖θ‖ (issue 28's fifth probe, lab/probes/step_cap.py: at 2-4x its rate the MLP
+# collapsed, and a cap of 0.03-0.04 kept it; logistic regression starts at θ = 0, where the cap only slows
+# it, and the CNN's was not probed). Its choice half is every MLP and logistic-regression workload seen so far
+MODEL_RATES = (("mnist_cnn", 0.3), ("mlp", 0.6), ("logreg", 1.2))
 CANDIDATES: tuple[tuple[str, Rates], ...] = (
-    ("fedbuff-equal-ref10", 0.3),
-    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.4), ("logreg", 0.6))),
-    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.4), ("logreg", 1.2))),
-    ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.6), ("logreg", 1.2))),
+    ("fedbuff-equal-ref10", MODEL_RATES),
+    *(
+        ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.6, cap), ("logreg", 1.2)))
+        for cap in (0.02, 0.03, 0.04)
+    ),
 )
+CAP = "+cap"  # an arm "A+cap0.03" is arm A with its step capped at 0.03 × ‖θ‖ (Strategy.max_step)
 
 
 def rate_for(rates: Rates, model: str) -> float:
     """A candidate's rate on a workload of ``model``."""
-    return float(rates) if isinstance(rates, int | float) else dict(rates)[model]
+    if isinstance(rates, int | float):
+        return float(rates)
+    return float(next(entry[1] for entry in rates if entry[0] == model))
+
+
+def caps(rates: Rates) -> dict[str, float]:
+    """A candidate's step caps, by model (the models it caps)."""
+    return {} if isinstance(rates, int | float) else {e[0]: e[2] for e in rates if len(e) == 3}
+
+
+def arm_for(arm: str, rates: Rates, model: str) -> str:
+    """The arm a candidate runs on a workload of ``model``: with its cap, if it caps that model."""
+    cap = caps(rates).get(model)
+    return arm if cap is None else f"{arm}{CAP}{cap}"
 
 
 def label(arm: str, rates: Rates) -> str:
-    """``arm@0.3``, or ``arm@mnist_cnn:0.3/mlp:0.4/logreg:0.6`` for each model's own rate."""
+    """``arm@0.3``, or ``arm@mnist_cnn:0.3/mlp:0.6+cap0.03/logreg:1.2`` for each model's own rate and cap."""
     if isinstance(rates, int | float):
         return f"{arm}@{rates}"
-    return f"{arm}@" + "/".join(f"{model}:{rate}" for model, rate in rates)
+    capped = caps(rates)
+    return f"{arm}@" + "/".join(
+        f"{e[0]}:{e[1]}" + (f"{CAP}{capped[e[0]]}" if e[0] in capped else "") for e in rates
+    )
 
 
 def build(arm: str, lr: float) -> Strategy:
     from server.strategies import make_strategy
 
+    arm, _, cap = arm.partition(CAP)
     name, settings = ARMS.get(arm, (arm, {}))
-    return make_strategy(name, learning_rate=lr, **settings)
+    return make_strategy(name, learning_rate=lr, max_step=float(cap) if cap else None, **settings)
 
 
 @dataclass(frozen=True)
@@ -90,7 +113,7 @@ class Run:
         return {
             "run": asdict(self),
             "workload": asdict(workload(self.workload)),
-            "arm": ARMS.get(self.arm),
+            "arm": ARMS.get(self.arm.partition(CAP)[0]),
             "v": 2,
         }
 
@@ -211,7 +234,8 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     outputs: list[dict[str, Any]] = []
 
     def own(candidate: tuple[str, Rates], wl: str, factor: float = 1.0) -> tuple[str, float]:
-        return candidate[0], round(rate_for(candidate[1], workload(wl).model) * factor, 6)
+        model = workload(wl).model
+        return arm_for(*candidate, model), round(rate_for(candidate[1], model) * factor, 6)
 
     # 1. the choice half: the baselines and the candidates; the candidate with the best worst ratio wins
     judged = stage(
@@ -228,7 +252,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     arm, rates = chosen
     curves = {wl: [own(chosen, wl, f) for f in plan.rate_factors] for wl in plan.held_back}
     judged |= stage(plan.held_back, {wl: list(plan.baselines) + curves[wl] for wl in plan.held_back})
-    held = {wl: report(judged[wl], arm, own(chosen, wl)[1], plan.rate_factors) for wl in plan.held_back}
+    held = {wl: report(judged[wl], *own(chosen, wl), plan.rate_factors) for wl in plan.held_back}
     # 3. the cause, on a choice workload: the old default and the chosen one, recorded
     cause_jobs = {a: Run(a, lr, plan.cause, gradients=plan.gradients, record=True)
                   for a, lr in (("dynsgd-clip", 0.5), own(chosen, plan.cause))}  # fmt: skip
@@ -236,7 +260,8 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     summary = {
         "quick": plan.quick,
         "default": arm,
-        "default_rate": rates if isinstance(rates, int | float) else dict(rates),
+        "default_rate": rates if isinstance(rates, int | float) else {e[0]: e[1] for e in rates},
+        "default_max_step": caps(rates),
         "chosen": label(*chosen),
         "shipped": shipped(arm, rates),
         "choice": choice,
@@ -263,12 +288,16 @@ def shipped(arm: str, rates: Rates) -> dict[str, Any]:
     )
     if isinstance(rates, int | float):
         return {"strategy": name, "rate": own_rate, "is_chosen": same and own_rate == rates}
-    models = {model: default_strategy(model)[1] for model, _ in rates}
+    from models.manifest import builtin
+
+    models = {e[0]: default_strategy(e[0])[1] for e in rates}
+    model_caps = {e[0]: cap for e in rates if (cap := builtin(e[0]).manifest.max_step) is not None}
     return {
         "strategy": name,
         "rate": own_rate,
         "model_rates": models,
-        "is_chosen": same and models == dict(rates),
+        "model_max_steps": model_caps,
+        "is_chosen": same and models == {e[0]: e[1] for e in rates} and model_caps == caps(rates),
     }
 
 

@@ -30,15 +30,19 @@ def _ratio(run: dict[str, Any]) -> str:
     return f"{run['ratio']:.2f}×" if run["ratio"] is not None else "—"
 
 
-def rates_text(rate: float | dict[str, float]) -> str:
-    """γ = 0.3, or each model's own: γ = 0.3 (mnist_cnn), 0.4 (mlp), 0.6 (logreg)."""
+def rates_text(rate: float | dict[str, float], caps: dict[str, float] | None = None) -> str:
+    """γ = 0.3, or each model's own: γ = 0.3 (mnist_cnn), 0.4 (mlp), 0.6 (logreg); and the step caps:
+    ‖Δθ‖ ≤ 0.03‖θ‖ (mlp)."""
+    text = f"γ = {rate}"
     if isinstance(rate, dict):
-        return "γ = " + ", ".join(f"{r} ({model})" for model, r in rate.items())
-    return f"γ = {rate}"
+        text = "γ = " + ", ".join(f"{r} ({model})" for model, r in rate.items())
+    if caps:
+        text += "; step ‖Δθ‖ ≤ " + ", ".join(f"{c}‖θ‖ ({model})" for model, c in caps.items())
+    return text
 
 
 def markdown(summary: dict[str, Any], name: str) -> str:
-    default, rate = summary["default"], rates_text(summary["default_rate"])
+    default, rate = summary["default"], rates_text(summary["default_rate"], summary.get("default_max_step"))
     held = summary["held_back"]
     passed = summary["passed"]
     lines = [
@@ -104,7 +108,7 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 
 def _redrawn(summary: dict[str, Any]) -> list[str]:
     """Which workloads earlier searches held back, and why they are chosen on now."""
-    from sim.workloads import FIRST_HELD_BACK, SECOND_HELD_BACK, THIRD_HELD_BACK
+    from sim.workloads import FIRST_HELD_BACK, FOURTH_HELD_BACK, SECOND_HELD_BACK, THIRD_HELD_BACK
 
     choice = set(summary["choice_workloads"])
     if not (set(FIRST_HELD_BACK) | set(THIRD_HELD_BACK)) & choice:
@@ -124,9 +128,16 @@ def _redrawn(summary: dict[str, Any]) -> list[str]:
         lines.append(
             "So did the third's (" + ", ".join(THIRD_HELD_BACK) + ", reported 2026-11-26): the fastest "
             "tuned run was most often the default at another rate, higher for the MLP and logistic "
-            "regression than for the CNN. This fourth search chooses each bundled model's own rate (its "
-            "manifest's `learning_rate`), the CNN's kept at 0.3 in every candidate, so its choice half is "
-            "the MLP and logistic-regression workloads seen so far."
+            "regression than for the CNN. The fourth search chose each bundled model's own rate (its "
+            "manifest's `learning_rate`), the CNN's kept at 0.3 in every candidate, on the MLP and "
+            "logistic-regression workloads seen then."
+        )
+    if set(FOURTH_HELD_BACK) & choice:
+        lines.append(
+            "Its held-back half (" + ", ".join(FOURTH_HELD_BACK) + ", reported 2026-11-28) showed the MLP "
+            "ending at chance at 2-4x its rate. This fifth search chooses a cap on the MLP's step "
+            "(‖Δθ‖ ≤ ρ‖θ‖, its manifest's `max_step`) on every MLP and logistic-regression workload seen "
+            "so far; logistic regression keeps none (θ starts at zero), the CNN's was not searched."
         )
     lines.append("The held-back half below is a fresh one, drawn before any run on it.")
     return [" ".join(lines), ""]

@@ -76,7 +76,7 @@ def probe(job: tuple[str, float, str]) -> dict[str, Any]:
 
 def main() -> None:
     from lab.experiments.default_search import judge, time_to
-    from sim.workloads import CHOICE, THIRD_CHOICE, THIRD_HELD_BACK
+    from sim.workloads import SEEN
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
@@ -84,7 +84,7 @@ def main() -> None:
     parser.add_argument("--rules", default="record")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    seen = {*CHOICE, *THIRD_CHOICE, *THIRD_HELD_BACK}
+    seen = set(SEEN)
     if unknown := [w for w in args.workloads if w not in seen]:
         parser.error(f"not a workload a search has chosen on: {unknown}")
     jobs = [

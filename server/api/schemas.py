@@ -182,6 +182,9 @@ class ManifestOut(BaseModel):
     learning_rate: float | None = Field(
         None, description="the default strategy's step for this model when its rate is not set"
     )
+    max_step: float | None = Field(
+        None, description="and its longest step relative to the parameters' norm (None: uncapped)"
+    )
     num_params: int
 
 

@@ -190,10 +190,13 @@ class Steering:
         self.devices.revoke(device_id, actor=actor)
 
     def strategy_for(self, manifest: Manifest) -> Strategy:
-        """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``."""
+        """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``, and
+        with its own step cap unless the settings set one."""
         strategy = self.strategy_factory()
         if self.model_rate and manifest.learning_rate is not None:
             strategy.learning_rate = manifest.learning_rate
+        if self.model_rate and manifest.max_step is not None and strategy.max_step is None:
+            strategy.max_step = manifest.max_step
         return strategy
 
     def reconfigure(

@@ -87,7 +87,10 @@ def make_strategy(name: str | StrategySettings, **params: Any) -> Strategy:
         cls = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}") from None
-    return cls(**params)
+    max_step = params.pop("max_step", None)  # every strategy's, not a constructor keyword (Strategy.capped)
+    strategy = cls(**params)
+    strategy.max_step = max_step
+    return strategy
 
 
 def wrap(

@@ -47,6 +47,13 @@ class StrategySettings(BaseModel):
         le=86_400,
         description="seconds after the buffer's first gradient when it is applied even if short of K",
     )
+    max_step: float | None = Field(
+        None,
+        gt=0,
+        le=10,
+        description="the longest step relative to the parameters' norm (unset: uncapped, or the model's own"
+        " for the default strategy)",
+    )
 
     def kwargs(self) -> dict[str, Any]:
         """The constructor's keywords: every field but ``name``; an unset (None) one leaves the strategy's
@@ -74,6 +81,11 @@ class Strategy(StrategyPort):
     settings: ClassVar[type[StrategySettings]] = StrategySettings
     # why its grants can only run with DP on (server/settings_rules.py refuses it without), or None
     needs_dp: ClassVar[str | None] = None
+    # the longest step relative to the parameters, ‖Δθ‖ ≤ max_step·‖θ‖ (a trust ratio, as LARS puts it on a
+    # layer, here on the server's update); None: uncapped. The settings' ``max_step``, or a bundled model's
+    # for the default strategy (its manifest's): a rate set too high then shortens its steps, not diverges
+    max_step: float | None = None
+    steps_capped = 0
 
     def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
         self.learning_rate = learning_rate
@@ -128,7 +140,19 @@ class Strategy(StrategyPort):
         direction = self.combine(params)
         self.buffer.clear()
         self.updates += 1
-        return self.apply(params, direction)
+        return self.capped(params, self.apply(params, direction))
+
+    def capped(self, params: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """``new``, its step from ``params`` shortened to ``max_step`` × ‖params‖ when longer; parameters at
+        zero (a model that starts there) are never capped, or they could not move."""
+        if self.max_step is None:
+            return new
+        step = new - params
+        size, limit = float(np.linalg.norm(step)), self.max_step * float(np.linalg.norm(params))
+        if limit <= 0 or size <= limit:
+            return new
+        self.steps_capped += 1
+        return params + step * np.float32(limit / size)
 
     def coefficients(self) -> np.ndarray:
         """c_i with ``combine`` = Σ c_i G_i over the buffer (float64): what a defence that replaces the
@@ -152,12 +176,11 @@ class Strategy(StrategyPort):
 
     def describe(self) -> dict[str, Any]:
         """Current figures worth showing (τ_thres, counters)."""
-        return {
-            "strategy": self.name,
-            "learning_rate": self.learning_rate,
-            "k": self.k,
-            "updates": self.updates,
-        }
+        figures = {"strategy": self.name, "learning_rate": self.learning_rate, "k": self.k}
+        figures["updates"] = self.updates
+        if self.max_step is not None:
+            figures |= {"max_step": self.max_step, "steps_capped": self.steps_capped}
+        return figures
 
     # -- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -167,7 +167,7 @@ class VanDijk(Strategy):
         self.learning_rate = float(self.buffer[-1].weight) if self.buffer else self.learning_rate
         self.buffer.clear()
         self.updates += 1
-        return params - direction
+        return self.capped(params, params - direction)
 
     def describe(self) -> dict[str, Any]:
         k = self.barrier

@@ -180,7 +180,7 @@ class WKAFL(KAsync):
         self.buffer.clear()
         self.tags.clear()
         self.updates += 1
-        return params - np.float32(rate) * direction.astype(np.float32)
+        return self.capped(params, params - np.float32(rate) * direction.astype(np.float32))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "stage": self.stage, **{f"last_{k}": v for k, v in self.last.items()}}

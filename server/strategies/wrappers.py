@@ -57,6 +57,18 @@ class StrategyWrapper(Strategy):
         self.inner.learning_rate = value
 
     @property
+    def max_step(self) -> float | None:  # type: ignore[override]
+        return self.inner.max_step
+
+    @max_step.setter
+    def max_step(self, value: float | None) -> None:
+        self.inner.max_step = value
+
+    @property
+    def steps_capped(self) -> int:  # type: ignore[override]
+        return self.inner.steps_capped
+
+    @property
     def k(self) -> int:  # type: ignore[override]
         return self.inner.k
 
