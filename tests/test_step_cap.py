@@ -1,0 +1,87 @@
+"""The cap on the server's step relative to the parameters (``Strategy.max_step``): a long step is shortened
+to ρ‖θ‖ in its own direction, a short one is untouched, and a bundled model's manifest sets it for the default
+strategy unless the settings set one (issue 28's fifth search)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from fleet_protocol import Manifest
+from models.manifest import builtin
+from server.compose import build_coordinator
+from server.strategies import Arrival, StrategySettings, make_strategy, wrap
+from server.strategies.guard import LossGuardSettings
+from tests.conftest import settings_for
+
+
+def stepped(strategy, params: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+    for i in range(strategy.k):
+        arrival = Arrival(f"t{i}", "d", 0, 0, gradient, np.ones(10), batch_size=10, loss=1.0, received_at=0.0)
+        strategy.receive(arrival)
+    return strategy.aggregate(params)
+
+
+@pytest.mark.parametrize("name", ["fedbuff", "dynsgd", "vandijk", "wkafl"])
+def test_a_long_step_is_shortened_to_its_cap_in_its_own_direction(name):
+    params, gradient = np.full(4, 1.0, np.float32), np.array([3.0, -4.0, 0.0, 0.0], np.float32)
+    free = stepped(make_strategy(name, learning_rate=1.0), params, gradient) - params
+    capped_strategy = make_strategy(name, learning_rate=1.0, max_step=0.1)
+    capped = stepped(capped_strategy, params, gradient) - params
+    limit = 0.1 * np.linalg.norm(params)
+    assert np.linalg.norm(free) > limit  # the cap binds here
+    assert np.linalg.norm(capped) == pytest.approx(limit, rel=1e-5)
+    cosine = np.dot(capped, free) / (np.linalg.norm(capped) * np.linalg.norm(free))
+    assert cosine == pytest.approx(1, abs=1e-6)
+    assert capped_strategy.describe()["steps_capped"] == 1
+
+
+def test_a_short_step_and_parameters_at_zero_are_left_alone():
+    strategy = make_strategy("fedbuff", learning_rate=1e-3, max_step=0.1)
+    params, gradient = np.full(4, 1.0, np.float32), np.ones(4, np.float32)
+    assert np.array_equal(stepped(strategy, params, gradient), params - np.float32(1e-3) * gradient)
+    zero = np.zeros(4, np.float32)  # a model that starts at zero must still move
+    assert np.linalg.norm(stepped(strategy, zero, gradient)) > 0 and strategy.steps_capped == 0
+
+
+def test_wrappers_pass_the_cap_to_the_strategy_they_wrap():
+    strategy = wrap(make_strategy("fedbuff-equal", learning_rate=1.0), [LossGuardSettings()])
+    assert strategy.max_step is None
+    strategy.max_step = 0.05  # what the coordinator sets from a manifest
+    assert strategy.inner.max_step == 0.05 and strategy.describe()["max_step"] == 0.05
+    with pytest.raises(ValidationError):
+        StrategySettings(name="fedbuff", max_step=0)
+
+
+def bundle_capped(cap: float | None):
+    bundle = builtin("mlp")
+    return dataclasses.replace(bundle, manifest=dataclasses.replace(bundle.manifest, max_step=cap))
+
+
+@pytest.mark.parametrize(("configured", "expected"), [(None, 0.02), (0.5, 0.5)])
+def test_the_default_takes_the_models_cap_unless_the_settings_set_one(tmp_path, configured, expected):
+    strategy = {"name": "fedbuff-equal"} | ({"max_step": configured} if configured else {})
+    coordinator = build_coordinator(settings_for(tmp_path, strategy=strategy, initial_model=None))
+    coordinator.add_model(bundle_capped(0.02))
+    assert coordinator.run is not None and coordinator.run.strategy.max_step == pytest.approx(expected)
+    coordinator.close()
+
+
+def test_another_strategy_or_a_set_rate_takes_no_cap_from_the_model(tmp_path):
+    for strategy in ({"name": "dynsgd"}, {"name": "fedbuff-equal", "learning_rate": 0.1}):
+        coordinator = build_coordinator(settings_for(tmp_path, strategy=strategy, initial_model=None))
+        coordinator.add_model(bundle_capped(0.02))
+        assert coordinator.run is not None and coordinator.run.strategy.max_step is None
+        coordinator.close()
+
+
+def test_a_manifest_cap_is_carried_and_checked():
+    manifest = bundle_capped(0.04).manifest
+    assert Manifest.from_json(manifest.to_json()).max_step == 0.04
+    assert Manifest.from_json(builtin("logreg").manifest.to_json()).max_step is None
+    for bad in (0.0, -1.0, float("nan"), 11.0):
+        with pytest.raises(ValueError, match="max_step"):
+            dataclasses.replace(manifest, max_step=bad).validate()
