@@ -440,3 +440,29 @@ def test_fltrust_by_the_devices_labels_remembers_what_it_claimed_and_caps_the_we
     restored = TrustedScore(_Recorder(), test="fltrust", by_labels="device", reference=reference)
     restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
     np.testing.assert_allclose(restored.labels_seen["d"], [15, 5, 0])
+
+
+def _claiming(gradient, counts, task: str, device: str) -> Arrival:
+    g = np.asarray(gradient, np.float32)
+    return Arrival(task, device, 0, 0, g, np.asarray(counts), 2, 1.0, 0.0)
+
+
+def test_fltrust_veto_drops_a_device_pointing_away_from_the_whole_reference_whatever_it_claims():
+    reference = LabelledReference([0.0, 0.0])  # label 1's g_s [0, 1]; the whole g_s [1, 1]
+    veto = TrustedScore(_Recorder(), test="fltrust", by_labels="device", device_memory=3, veto=0.2,
+                        reference=reference)  # fmt: skip
+    plain = TrustedScore(_Recorder(), test="fltrust", by_labels="device", device_memory=3,
+                         reference=reference)  # fmt: skip
+    for strategy in (veto, plain):
+        for i in range(4):  # honest, label 1: cos 0.71 with the whole g_s
+            assert strategy.receive(_claiming([0.0, 1.0], [0, 5, 0], f"h{i}", "honest")) > 0
+        for i in range(4):  # claims label 1 and agrees with it a little, but against the whole g_s: cos −0.51
+            strategy.receive(_claiming([-1.0, 0.3], [0, 5, 0], f"a{i}", "attacker"))
+    assert plain.dropped == 0 and veto.vetoed == veto.dropped == 4 and veto.last_dropped == "a3"
+    assert veto.whole_standing["attacker"] < -0.2 < 0.7 < veto.whole_standing["honest"]
+    assert veto.receive(_claiming([0.0, 1.0], [0, 5, 0], "h", "honest")) > 0  # the honest device still passes
+    restored = TrustedScore(_Recorder(), test="fltrust", veto=0.2, reference=reference)
+    restored.load_state_dict(decode_state(encode_state(veto.state_dict())))
+    assert restored.whole_standing == pytest.approx(veto.whole_standing) and restored.vetoed == 4
+    with pytest.raises(ValueError):
+        TrustedScoreSettings(veto=-0.1)

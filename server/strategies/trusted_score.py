@@ -21,7 +21,11 @@ itself on a few samples it trusts (issue 30), in one of three published forms:
   gradient often points a little away from g_s; an attacker's always does). ``floor`` gives weight 0 to a
   score under floor × the median of the recent ones: ReLU(cos) let an attacker with a small positive score
   keep a small weight, and its norm joined the fleet's (IPM's short pushes, 43% of them on the peer MLP,
-  brought the median norm and with it every honest step down to about half).
+  brought the median norm and with it every honest step down to about half). ``veto`` gives weight 0 to a
+  device whose standing against the *whole* g_s (its recent cosines with it, averaged as ``device_memory``
+  does) falls under −veto: scored by its labels alone, an attacker claiming a label its reversed gradient
+  happens to agree with passed (sign-flip on 4s and 8s claiming 9), while against all the trusted digits
+  that gradient points away.
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -127,6 +131,12 @@ class TrustedScoreSettings(WrapperSettings):
         le=1,
         description="FLTrust: a score under this × the median of the recent scores gets weight 0 (0: none)",
     )
+    veto: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="FLTrust: a device whose standing against the whole g_s is under −veto gets weight 0",
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -149,6 +159,7 @@ class TrustedScore(StrategyWrapper):
         by_labels: Literal["none", "push", "device"] = "none",
         max_weight: float = 2.0,
         floor: float = 0.0,
+        veto: float | None = None,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -161,11 +172,12 @@ class TrustedScore(StrategyWrapper):
         self.norms: deque[float] = deque(maxlen=window)  # FLTrust at the fleet's scale: accepted norms
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
-        self.by_labels, self.max_weight, self.floor = by_labels, max_weight, floor
+        self.by_labels, self.max_weight, self.floor, self.veto = by_labels, max_weight, floor, veto
+        self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
         self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})  # (version, label → its g_s)
-        self.received = self.dropped = 0
+        self.received = self.dropped = self.vetoed = 0
         self.last_dropped: str | None = None
         self.last_score: float | None = None
 
@@ -208,14 +220,28 @@ class TrustedScore(StrategyWrapper):
         self.last_score = zeno_score(gradient, reference, rate, self.rho)
         return self.last_score >= -rate * self.slack
 
-    def trusted(self, arrival: Arrival, reference: np.ndarray) -> Arrival | None:
+    def remembered(self, memory: dict[str, float], device: str, score: float) -> float:
+        """The device's standing in ``memory``: an average of its recent scores, this one included (with no
+        ``device_memory``, this score alone)."""
+        if not self.device_memory:
+            return score
+        previous = memory.get(device, score)
+        memory[device] = previous + (score - previous) * 2 / (self.device_memory + 1)
+        return memory[device]
+
+    def vetoes(self, arrival: Arrival, whole: np.ndarray | None) -> bool:
+        """Whether the device's standing against the whole g_s is under −veto."""
+        if self.veto is None or whole is None or whole.shape != arrival.gradient.shape:
+            return False
+        standing = self.remembered(self.whole_standing, arrival.device_id, cosine(arrival.gradient, whole))
+        return standing < -self.veto
+
+    def trusted(self, arrival: Arrival, reference: np.ndarray, whole: np.ndarray | None) -> Arrival | None:
         """FLTrust: the arrival at g_s's norm × its relative trust score; None when the score is 0."""
         score = cosine(arrival.gradient, reference)
-        if self.device_memory:  # the device's standing: an average of its recent scores, this one included
-            previous = self.standing.get(arrival.device_id, score)
-            score = self.standing[arrival.device_id] = previous + (score - previous) * 2 / (
-                self.device_memory + 1
-            )
+        if self.device_memory:
+            score = self.remembered(self.standing, arrival.device_id, score)
+        vetoed = self.vetoes(arrival, whole)
         score = max(score, 0.0)
         self.last_score = score
         self.scores.append(score)
@@ -225,6 +251,9 @@ class TrustedScore(StrategyWrapper):
             return None
         if self.floor and score < self.floor * statistics.median(self.scores):
             return None  # nor does its norm join the fleet's: IPM's short −εμ pulled the median down
+        if vetoed:
+            self.vetoed += 1
+            return None
         self.norms.append(norm)
         # statistics' median and mean, not numpy's: the same values, at a tenth of the cost per push
         target = (
@@ -237,7 +266,7 @@ class TrustedScore(StrategyWrapper):
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
         version = arrival.base_version + arrival.staleness
-        reference = self.reference_gradient(version)
+        reference = whole = self.reference_gradient(version)
         if self.by_labels != "none" and reference is not None and arrival.label_counts is not None:
             counts = np.asarray(arrival.label_counts, dtype=np.float64)
             if self.by_labels == "device":  # a device is what its data has been, not what this push says
@@ -251,7 +280,7 @@ class TrustedScore(StrategyWrapper):
         if reference is None or reference.shape != arrival.gradient.shape:
             return self.inner.receive(arrival)
         if self.test == "fltrust":
-            weighed = self.trusted(arrival, reference)
+            weighed = self.trusted(arrival, reference, whole)
         else:
             weighed = arrival if self.passes(arrival.gradient, reference) else None
         if weighed is None:
@@ -267,6 +296,7 @@ class TrustedScore(StrategyWrapper):
             "trusted_test": self.test,
             "trusted_received": self.received,
             "trusted_dropped": self.dropped,
+            "trusted_vetoed": self.vetoed,
             "trusted_last_score": self.last_score,
         }
 
@@ -277,6 +307,8 @@ class TrustedScore(StrategyWrapper):
                 "received": self.received,
                 "dropped": self.dropped,
                 "standing": self.standing,
+                "whole_standing": self.whole_standing,
+                "vetoed": self.vetoed,
                 "labels_seen": {device: counts.tolist() for device, counts in self.labels_seen.items()},
             },
         }
@@ -287,6 +319,9 @@ class TrustedScore(StrategyWrapper):
         self.received = int(trusted.get("received", 0))
         self.dropped = int(trusted.get("dropped", 0))
         self.standing = {str(k): float(v) for k, v in (trusted.get("standing") or {}).items()}
+        whole = trusted.get("whole_standing") or {}
+        self.whole_standing = {str(k): float(v) for k, v in whole.items()}
+        self.vetoed = int(trusted.get("vetoed", 0))
         seen = trusted.get("labels_seen") or {}
         self.labels_seen = {str(k): np.asarray(v, dtype=np.float64) for k, v in seen.items()}
         self.cached = None
