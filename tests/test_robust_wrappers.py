@@ -450,7 +450,7 @@ def _claiming(gradient, counts, task: str, device: str) -> Arrival:
 def test_fltrust_veto_drops_a_device_pointing_away_from_the_whole_reference_whatever_it_claims():
     reference = LabelledReference([0.0, 0.0])  # label 1's g_s [0, 1]; the whole g_s [1, 1]
     veto = TrustedScore(_Recorder(), test="fltrust", by_labels="device", device_memory=3, veto=0.2,
-                        reference=reference)  # fmt: skip
+                        veto_memory=3, reference=reference)  # fmt: skip
     plain = TrustedScore(_Recorder(), test="fltrust", by_labels="device", device_memory=3,
                          reference=reference)  # fmt: skip
     for strategy in (veto, plain):

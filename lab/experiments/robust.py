@@ -150,16 +150,18 @@ class SimulatedReference:
 
 def defended(run: Run, reference: SimulatedReference) -> Any:
     """The default strategy inside ``run``'s defence (Kardam assumes ``KARDAM_SHARE`` of the devices)."""
-    from server.strategies import WRAPPERS, default_strategy, make_strategy, wrap
+    from server.strategies import WRAPPERS, default_max_step, default_strategy, make_strategy, wrap
 
-    name, rate = default_strategy(FLEETS[run.fleet].model)  # at the model's own rate, as deployed
+    model = FLEETS[run.fleet].model
+    name, rate = default_strategy(model)  # at the model's own rate and step cap, as deployed
     configs = []
     for config in DEFENCES[run.defence]:
         fields = dict(config)
         if fields["name"] == "kardam":
             fields["f"] = round(KARDAM_SHARE * FLEETS[run.fleet].devices)
         configs.append(WRAPPERS[fields["name"]].settings(**fields))
-    return wrap(make_strategy(name, learning_rate=rate), configs, reference=reference)
+    strategy = make_strategy(name, learning_rate=rate, max_step=default_max_step(model))
+    return wrap(strategy, configs, reference=reference)
 
 
 def simulate(run: Run) -> dict[str, Any]:

@@ -155,6 +155,16 @@ def default_strategy(model: str | None = None) -> tuple[str, float]:
     return DEFAULT_STRATEGY, rate
 
 
+def default_max_step(model: str | None = None) -> float | None:
+    """The default strategy's step cap on the bundled ``model`` (its manifest's ``max_step``): what a
+    deployment that sets neither a rate nor a cap runs (``Strategy.max_step``); None: uncapped."""
+    if model is None:
+        return None
+    from models.manifest import builtin
+
+    return builtin(model).manifest.max_step
+
+
 __all__ = [
     "AdaBuff",
     "AdaSGD",
@@ -185,6 +195,7 @@ __all__ = [
     "SASGD",
     "SSGD",
     "STRATEGIES",
+    "default_max_step",
     "default_strategy",
     "dp_refusal",
     "layers",

@@ -22,10 +22,10 @@ itself on a few samples it trusts (issue 30), in one of three published forms:
   score under floor × the median of the recent ones: ReLU(cos) let an attacker with a small positive score
   keep a small weight, and its norm joined the fleet's (IPM's short pushes, 43% of them on the peer MLP,
   brought the median norm and with it every honest step down to about half). ``veto`` gives weight 0 to a
-  device whose standing against the *whole* g_s (its recent cosines with it, averaged as ``device_memory``
-  does) falls under −veto: scored by its labels alone, an attacker claiming a label its reversed gradient
-  happens to agree with passed (sign-flip on 4s and 8s claiming 9), while against all the trusted digits
-  that gradient points away.
+  device whose standing against the *whole* g_s (its cosines with it, averaged over its last
+  ~``veto_memory``) falls under −veto: scored by its labels alone, an attacker claiming a label its
+  reversed gradient happens to agree with passed (sign-flip on 4s and 8s claiming 9), while against all
+  the trusted digits that gradient points away.
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -137,6 +137,9 @@ class TrustedScoreSettings(WrapperSettings):
         le=1,
         description="FLTrust: a device whose standing against the whole g_s is under −veto gets weight 0",
     )
+    veto_memory: int = Field(
+        100, ge=1, le=10_000, description="FLTrust: the veto's standing averages a device's last ~this many"
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -160,6 +163,7 @@ class TrustedScore(StrategyWrapper):
         max_weight: float = 2.0,
         floor: float = 0.0,
         veto: float | None = None,
+        veto_memory: int = 100,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -172,7 +176,8 @@ class TrustedScore(StrategyWrapper):
         self.norms: deque[float] = deque(maxlen=window)  # FLTrust at the fleet's scale: accepted norms
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
-        self.by_labels, self.max_weight, self.floor, self.veto = by_labels, max_weight, floor, veto
+        self.by_labels, self.max_weight, self.floor = by_labels, max_weight, floor
+        self.veto, self.veto_memory = veto, veto_memory
         self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
@@ -220,27 +225,28 @@ class TrustedScore(StrategyWrapper):
         self.last_score = zeno_score(gradient, reference, rate, self.rho)
         return self.last_score >= -rate * self.slack
 
-    def remembered(self, memory: dict[str, float], device: str, score: float) -> float:
-        """The device's standing in ``memory``: an average of its recent scores, this one included (with no
-        ``device_memory``, this score alone)."""
-        if not self.device_memory:
+    @staticmethod
+    def remembered(memory: dict[str, float], device: str, score: float, span: int) -> float:
+        """The device's standing in ``memory``: an exponential average of its last ~``span`` scores, this
+        one included (span 0: this score alone)."""
+        if not span:
             return score
         previous = memory.get(device, score)
-        memory[device] = previous + (score - previous) * 2 / (self.device_memory + 1)
+        memory[device] = previous + (score - previous) * 2 / (span + 1)
         return memory[device]
 
     def vetoes(self, arrival: Arrival, whole: np.ndarray | None) -> bool:
         """Whether the device's standing against the whole g_s is under −veto."""
         if self.veto is None or whole is None or whole.shape != arrival.gradient.shape:
             return False
-        standing = self.remembered(self.whole_standing, arrival.device_id, cosine(arrival.gradient, whole))
-        return standing < -self.veto
+        score = cosine(arrival.gradient, whole)
+        return self.remembered(self.whole_standing, arrival.device_id, score, self.veto_memory) < -self.veto
 
     def trusted(self, arrival: Arrival, reference: np.ndarray, whole: np.ndarray | None) -> Arrival | None:
         """FLTrust: the arrival at g_s's norm × its relative trust score; None when the score is 0."""
         score = cosine(arrival.gradient, reference)
         if self.device_memory:
-            score = self.remembered(self.standing, arrival.device_id, score)
+            score = self.remembered(self.standing, arrival.device_id, score, self.device_memory)
         vetoed = self.vetoes(arrival, whole)
         score = max(score, 0.0)
         self.last_score = score
