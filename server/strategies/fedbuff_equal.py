@@ -10,7 +10,8 @@ the clip only cuts outliers, and equal shares undo the pull of fast devices. Pas
 of 10 (about 50 devices in flight) the rate shrinks as 1/τ (``ConcurrencyScale``): the first search's
 choice collapsed on 1,000 devices. The rate, 0.3, and the reference, 10, are the third search's choice
 (2026-11-26: fewest workloads missed on the choice half, against 0.2 with a reference of 20, shipped
-before, and 0.2 / 0.4 with 10).
+before, and 0.2 / 0.4 with 10). Each bundled model carries its own rate, and the MLP a step cap
+(``Strategy.max_step``), in its manifest: the fourth and fifth searches' choices.
 """
 
 from __future__ import annotations
