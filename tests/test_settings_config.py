@@ -256,6 +256,13 @@ def test_a_new_strategy_is_its_own_file_and_one_registry_line(tmp_path):
         "gain": 3.0,
         "type": "Toy",
         "nested": 4.0,
-        "console": {"name": "toy", "learning_rate": None, "k": None, "time_window": None, "toy_gain": "5"},
+        "console": {
+            "name": "toy",
+            "learning_rate": None,
+            "k": None,
+            "time_window": None,
+            "max_step": None,
+            "toy_gain": "5",
+        },
         "docs": True,
     }
