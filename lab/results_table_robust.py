@@ -60,9 +60,14 @@ def backdoor_rows(data: dict[str, Any]) -> Iterator[Row]:
             )
 
 
-def floor_rows(data: dict[str, Any]) -> Iterator[Row]:
-    """The floor rerun (docs/results/robust-floor.md): each FLTrust variant's median gap under each attack,
-    the worst of them, and what a perfect filter loses on the same seeds (the bound)."""
+def rerun_rows(name: str) -> Callable[[dict[str, Any]], Iterator[Row]]:
+    """A rerun's rows (docs/results/NAME.md: the floor's, the veto's), as ``rows``."""
+    return lambda data: rows(data, name)
+
+
+def rows(data: dict[str, Any], name: str) -> Iterator[Row]:
+    """Each reported defence's median gap under each attack over the seeds, the worst of them, and what a
+    perfect filter loses on the same seeds (the bound)."""
     s = data["summary"]
     for fleet, by_defence in s["heatmap"].items():
         leads = s["bound"][fleet][str(s["fleet_shares"][fleet])]
@@ -79,12 +84,13 @@ def floor_rows(data: dict[str, Any]) -> Iterator[Row]:
                 f"{over} of {len(gaps)} / {100 * (gaps[worst] or 0):.1f} points ({worst}) / "
                 f"{100 * (bound or 0):.1f} points",
                 f"0 / ≤ {100 * s['targets']['gap']:.0f}",
-                results_link("robust-floor.md"),
+                results_link(f"{name}.md"),
             )
 
 
 ROBUST_SECTIONS: tuple[tuple[str, Callable[[dict[str, Any]], Iterator[Row]]], ...] = (
     ("robust", robust_rows),
     ("robust-backdoor", backdoor_rows),
-    ("robust-floor", floor_rows),
+    ("robust-floor", rerun_rows("robust-floor")),
+    ("robust-veto", rerun_rows("robust-veto")),
 )
