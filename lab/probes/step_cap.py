@@ -96,8 +96,9 @@ def main() -> None:
     runs = searched_runs()
     with ProcessPoolExecutor(args.workers) as pool:
         for (workload, factor, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[workload])
-            hit = time_to(output, judged["target"])
+            # the last search's runs judge it, if it ran this workload (a probe may go where it did not)
+            judged = judge(runs[workload]) if workload in runs else {"target": None, "best": None}
+            hit = None if judged["best"] is None else time_to(output, judged["target"])
             print(json.dumps({
                 "workload": workload, "factor": factor, "rule": rule, "final": output["final"],
                 "target": judged["target"], "best": judged["best"],
