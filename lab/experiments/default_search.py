@@ -278,7 +278,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
 def shipped(arm: str, rates: Rates) -> dict[str, Any]:
     """The default a deployment that sets nothing runs, and whether it is the chosen configuration: the
     registered strategy with the arm's settings, at its own rate or at each bundled model's own."""
-    from server.strategies import STRATEGIES, default_strategy
+    from server.strategies import STRATEGIES, default_max_step, default_strategy
 
     name, own_rate = default_strategy()
     registered, settings = ARMS.get(arm, (arm, {}))
@@ -288,10 +288,8 @@ def shipped(arm: str, rates: Rates) -> dict[str, Any]:
     )
     if isinstance(rates, int | float):
         return {"strategy": name, "rate": own_rate, "is_chosen": same and own_rate == rates}
-    from models.manifest import builtin
-
     models = {e[0]: default_strategy(e[0])[1] for e in rates}
-    model_caps = {e[0]: cap for e in rates if (cap := builtin(e[0]).manifest.max_step) is not None}
+    model_caps = {e[0]: cap for e in rates if (cap := default_max_step(e[0])) is not None}
     return {
         "strategy": name,
         "rate": own_rate,

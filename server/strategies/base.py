@@ -85,7 +85,7 @@ class Strategy(StrategyPort):
     # layer, here on the server's update); None: uncapped. The settings' ``max_step``, or a bundled model's
     # for the default strategy (its manifest's): a rate set too high then shortens its steps, not diverges
     max_step: float | None = None
-    steps_capped = 0
+    steps_capped: int = 0  # updates the cap shortened
 
     def __init__(self, *, learning_rate: float = 0.05, k: int = 1, time_window: float | None = None) -> None:
         self.learning_rate = learning_rate
@@ -176,8 +176,12 @@ class Strategy(StrategyPort):
 
     def describe(self) -> dict[str, Any]:
         """Current figures worth showing (τ_thres, counters)."""
-        figures = {"strategy": self.name, "learning_rate": self.learning_rate, "k": self.k}
-        figures["updates"] = self.updates
+        figures: dict[str, Any] = {
+            "strategy": self.name,
+            "learning_rate": self.learning_rate,
+            "k": self.k,
+            "updates": self.updates,
+        }
         if self.max_step is not None:
             figures |= {"max_step": self.max_step, "steps_capped": self.steps_capped}
         return figures
