@@ -85,3 +85,26 @@ def test_a_manifest_cap_is_carried_and_checked():
     for bad in (0.0, -1.0, float("nan"), 11.0):
         with pytest.raises(ValueError, match="max_step"):
             dataclasses.replace(manifest, max_step=bad).validate()
+
+
+def test_past_its_reference_staleness_the_cap_shrinks_as_one_over_the_staleness():
+    from server.strategies.fairness import ConcurrencyScale
+    from server.strategies.fedbuff import FedBuff
+
+    params, gradient = np.full(4, 1.0, np.float32), np.array([3.0, -4.0, 0.0, 0.0], np.float32)
+
+    def step(staleness: int, cap_reference: float | None) -> float:
+        strategy = ConcurrencyScale(
+            FedBuff(learning_rate=1.0, k=1), reference=1e6, cap_reference=cap_reference
+        )
+        strategy.max_step = 0.1
+        arrival = Arrival("t", "d", 0, staleness, gradient, np.ones(10), 10, 1.0, received_at=0.0)
+        strategy.receive(arrival)
+        new = strategy.aggregate(params)
+        assert strategy.max_step == 0.1  # the configured cap is kept; only this update's is shrunk
+        return float(np.linalg.norm(new - params) / np.linalg.norm(params))
+
+    assert step(2, 4.0) == pytest.approx(0.1, rel=1e-5)  # under the reference: the cap as set
+    assert step(16, 4.0) == pytest.approx(0.1 * 4 / 16, rel=1e-5)  # drift over 16 stale updates ≤ 4 caps
+    assert step(16, None) == pytest.approx(0.1, rel=1e-5)  # no reference: fixed
+    assert make_strategy("fedbuff-equal", cap_reference=4.0).describe()["concurrency_factor"] == 1.0

@@ -38,23 +38,33 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
     # at γ 0.3 the third search's choice, Fleet's default since
     "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0}),
-    "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
+    "dynsgd-equal": ("dynsgd-equal", {}),
+    # and the step cap shrinking as R / τ̄ past a median staleness R: the sixth search's candidates (the
+    # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them)
+    **{
+        f"fedbuff-equal-ccap{r}": (
+            "fedbuff-equal",
+            {"concurrency_reference": 10.0, "cap_reference": float(r)},
+        )
+        for r in (4, 6)
+    },  # fmt: skip  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
 # A candidate's rates: one for every model, or each model's own ((model, rate) or (model, rate, max_step),
 # ...): a bundled model carries its rate, and its step cap if it has one, in its manifest, which the default
 # strategy takes when no rate is set (fleet_protocol.Manifest)
 Rates = float | tuple[tuple[str, float] | tuple[str, float, float], ...]
-# the fifth search (2026-11-28 onwards): the fourth's choice (each model's own rate) against it with a cap on
-# the MLP's step, ‖Δθ‖ ≤ ρ‖θ‖ (issue 28's fifth probe, lab/probes/step_cap.py: at 2-4x its rate the MLP
-# collapsed, and a cap of 0.03-0.04 kept it; logistic regression starts at θ = 0, where the cap only slows
-# it, and the CNN's was not probed). Its choice half is every MLP and logistic-regression workload seen so far
-MODEL_RATES = (("mnist_cnn", 0.3), ("mlp", 0.6), ("logreg", 1.2))
+# the sixth search (2026-11-28): the fifth's choice (each model's own rate, the MLP's step capped at 0.03 of
+# ‖θ‖) against the CNN capped too (the fifth's NaN at 4x; lab/probes/step_cap.py kept 4x at 0.962-0.973 with
+# 0.03), at its rate and at 2x it, and against the cap shrinking past a median staleness of 4 or 6 (a fixed
+# cap let 100 devices collapse at 2x: 0.33-0.44). Its choice half is every MLP and logistic-regression
+# workload seen so far and four CNN ones (sim/workloads.py CHOICE)
+MODEL_RATES = (("mnist_cnn", 0.3), ("mlp", 0.6, 0.03), ("logreg", 1.2))
 CANDIDATES: tuple[tuple[str, Rates], ...] = (
     ("fedbuff-equal-ref10", MODEL_RATES),
     *(
-        ("fedbuff-equal-ref10", (("mnist_cnn", 0.3), ("mlp", 0.6, cap), ("logreg", 1.2)))
-        for cap in (0.02, 0.03, 0.04)
+        (f"fedbuff-equal-ccap{r}", (("mnist_cnn", cnn, 0.03), ("mlp", 0.6, 0.03), ("logreg", 1.2)))
+        for r, cnn in ((6, 0.3), (4, 0.3), (6, 0.6))
     ),
 )
 CAP = "+cap"  # an arm "A+cap0.03" is arm A with its step capped at 0.03 × ‖θ‖ (Strategy.max_step)

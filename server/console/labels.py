@@ -50,6 +50,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "warmup_gradients": ("Learning-rate warm-up", "gradients"),
     "share_window": ("Device shares counted over", "arrivals"),
     "concurrency_reference": ("Shrink the rate past median staleness", ""),
+    "cap_reference": ("Shrink the step cap past median staleness", ""),
     "beta": ("Server momentum β", ""),
     "beta1": ("First-moment decay β₁", ""),
     "beta2": ("Second-moment decay β₂", ""),

@@ -12,6 +12,7 @@ import statistics
 from collections import deque
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from server.strategies.base import Arrival, Strategy
@@ -112,6 +113,9 @@ class ConcurrencyScaleSettings(WrapperSettings):
     )
     power: float = Field(1.0, gt=0, description="the rate shrinks as (reference / median staleness)^power")
     window: int = Field(200, ge=1, description="the median staleness is over this many last arrivals")
+    cap_reference: float | None = Field(
+        None, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
+    )
 
 
 class ConcurrencyScale(StrategyWrapper):
@@ -119,28 +123,59 @@ class ConcurrencyScale(StrategyWrapper):
     ``reference``: the stable step of asynchronous SGD shrinks as 1/concurrency (Koloskova et al. 2022),
     and τ̄ ≈ c/K measures the c gradients in flight without knowing the fleet. A rate chosen on 20 to 100
     devices collapsed on 1,000 (issue 28: 0.29 final accuracy where 0.25× the rate reached 0.79); scaled
-    linearly it reached 0.77, with a square-root law 0.40 (lab/probes/default_candidates.py)."""
+    linearly it reached 0.77, with a square-root law 0.40 (lab/probes/default_candidates.py).
+
+    With ``cap_reference`` the step cap (``Strategy.max_step``) shrinks too, by ``cap_reference`` / τ̄ past it:
+    a gradient is computed τ̄ updates back, so the model may drift τ̄ capped steps under it, and bounding
+    that drift, not each step, is what keeps it stable. The fifth search's cap, fixed, let 100 devices
+    collapse at 2x the rate (issue 28)."""
 
     settings = ConcurrencyScaleSettings
 
     def __init__(
-        self, inner: Strategy, *, reference: float = 20.0, power: float = 1.0, window: int = 200
+        self,
+        inner: Strategy,
+        *,
+        reference: float = 20.0,
+        power: float = 1.0,
+        window: int = 200,
+        cap_reference: float | None = None,
     ) -> None:
         super().__init__(inner)
-        self.reference, self.power, self.window = reference, power, window
+        self.reference, self.power, self.window, self.cap_reference = reference, power, window, cap_reference
         self.recent: deque[int] = deque(maxlen=window)
 
     def factor(self) -> float:
         """What the rate is multiplied by now."""
-        typical = statistics.median(self.recent) if self.recent else 0.0
-        return min(1.0, (self.reference / max(typical, 1e-9)) ** self.power)
+        return min(1.0, (self.reference / self.typical()) ** self.power)
+
+    def cap_factor(self) -> float:
+        """What the step cap is multiplied by now."""
+        return 1.0 if self.cap_reference is None else min(1.0, self.cap_reference / self.typical())
+
+    def typical(self) -> float:
+        """The median staleness of the last ``window`` arrivals (τ̄)."""
+        return max(statistics.median(self.recent) if self.recent else 0.0, 1e-9)
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        cap = self.inner.max_step
+        if cap is None or self.cap_reference is None:
+            return self.inner.aggregate(params)
+        self.inner.max_step = cap * self.cap_factor()
+        try:
+            return self.inner.aggregate(params)
+        finally:
+            self.inner.max_step = cap
 
     def receive(self, arrival: Arrival) -> float:
         self.recent.append(arrival.staleness)
         return self.receive_scaled(arrival, self.factor())
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "concurrency_factor": round(self.factor(), 4)}
+        figures = {**super().describe(), "concurrency_factor": round(self.factor(), 4)}
+        if self.cap_reference is not None and self.max_step is not None:
+            figures["max_step_now"] = round(self.max_step * self.cap_factor(), 6)
+        return figures
 
     def state_dict(self) -> dict[str, Any]:
         return {**self.inner.state_dict(), "concurrency_staleness": list(self.recent)}

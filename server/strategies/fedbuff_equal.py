@@ -41,6 +41,9 @@ class FedBuffEqualSettings(StrategySettings):
     concurrency_reference: float | None = Field(
         10.0, gt=0, description="past this median staleness the rate shrinks as 1/τ (unset: never)"
     )
+    cap_reference: float | None = Field(
+        None, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
+    )
 
 
 class FedBuffEqual(EqualShare):
@@ -58,10 +61,11 @@ class FedBuffEqual(EqualShare):
         warmup_gradients: int = 200,
         share_window: int = 200,
         concurrency_reference: float | None = 10.0,
+        cap_reference: float | None = None,
     ) -> None:
         inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
         warmed: Strategy = WarmUp(clipped, gradients=warmup_gradients)
         if concurrency_reference is not None:
-            warmed = ConcurrencyScale(warmed, reference=concurrency_reference)
+            warmed = ConcurrencyScale(warmed, reference=concurrency_reference, cap_reference=cap_reference)
         super().__init__(warmed, window=share_window)
