@@ -33,14 +33,16 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd-clip": ("dynsgd-clip", {}),  # issue 19's default
     # outliers clipped (2× the median), the rate shrinking past a median staleness of 20: the second
     # search's choice, shipped until the third's
-    "fedbuff-equal": ("fedbuff-equal", {"concurrency_reference": 20.0}),
-    "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None}),  # the first search's choice
+    "fedbuff-equal": ("fedbuff-equal", {"concurrency_reference": 20.0, "cap_reference": None}),
+    # the first search's choice
+    "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None, "cap_reference": None}),
     # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
     # at γ 0.3 the third search's choice, Fleet's default since
-    "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0}),
+    "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0, "cap_reference": None}),
     "dynsgd-equal": ("dynsgd-equal", {}),
     # and the step cap shrinking as R / τ̄ past a median staleness R: the sixth search's candidates (the
-    # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them)
+    # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them);
+    # R = 6 its choice, Fleet's default since
     **{
         f"fedbuff-equal-ccap{r}": (
             "fedbuff-equal",

@@ -108,7 +108,13 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 
 def _redrawn(summary: dict[str, Any]) -> list[str]:
     """Which workloads earlier searches held back, and why they are chosen on now."""
-    from sim.workloads import FIRST_HELD_BACK, FOURTH_HELD_BACK, SECOND_HELD_BACK, THIRD_HELD_BACK
+    from sim.workloads import (
+        FIFTH_HELD_BACK,
+        FIRST_HELD_BACK,
+        FOURTH_HELD_BACK,
+        SECOND_HELD_BACK,
+        THIRD_HELD_BACK,
+    )
 
     choice = set(summary["choice_workloads"])
     if not (set(FIRST_HELD_BACK) | set(THIRD_HELD_BACK)) & choice:
@@ -135,9 +141,17 @@ def _redrawn(summary: dict[str, Any]) -> list[str]:
     if set(FOURTH_HELD_BACK) & choice:
         lines.append(
             "Its held-back half (" + ", ".join(FOURTH_HELD_BACK) + ", reported 2026-11-28) showed the MLP "
-            "ending at chance at 2-4x its rate. This fifth search chooses a cap on the MLP's step "
+            "ending at chance at 2-4x its rate. The fifth search chose a cap on the MLP's step "
             "(‖Δθ‖ ≤ ρ‖θ‖, its manifest's `max_step`) on every MLP and logistic-regression workload seen "
-            "so far; logistic regression keeps none (θ starts at zero), the CNN's was not searched."
+            "then; logistic regression keeps none (θ starts at zero)."
+        )
+    if set(FIFTH_HELD_BACK) & choice:
+        lines.append(
+            "Its held-back half (" + ", ".join(FIFTH_HELD_BACK) + ", reported 2026-11-28) showed the MLP on "
+            "100 devices collapsing at 2x its rate despite the cap, and the CNN, uncapped, at NaN at 4x. "
+            "This sixth search chooses the CNN's cap and rate, and a cap that shrinks as 1/τ̄ past a median "
+            "staleness (`cap_reference`: a gradient τ̄ updates old saw the model drift up to τ̄ capped "
+            "steps), on every MLP and logistic-regression workload seen so far and on four CNN ones."
         )
     lines.append("The held-back half below is a fresh one, drawn before any run on it.")
     return [" ".join(lines), ""]

@@ -10,8 +10,10 @@ the clip only cuts outliers, and equal shares undo the pull of fast devices. Pas
 of 10 (about 50 devices in flight) the rate shrinks as 1/τ (``ConcurrencyScale``): the first search's
 choice collapsed on 1,000 devices. The rate, 0.3, and the reference, 10, are the third search's choice
 (2026-11-26: fewest workloads missed on the choice half, against 0.2 with a reference of 20, shipped
-before, and 0.2 / 0.4 with 10). Each bundled model carries its own rate, and the MLP a step cap
-(``Strategy.max_step``), in its manifest: the fourth and fifth searches' choices.
+before, and 0.2 / 0.4 with 10). Each bundled model carries its own rate, and the MLP and the CNN a step
+cap (``Strategy.max_step``), in its manifest: the fourth, fifth and sixth searches' choices. Past a median
+staleness of 6 the cap shrinks as 1/τ (``cap_reference``), so a gradient τ updates old never saw the model
+drift more than 6 capped steps: the sixth search's choice, over a fixed cap and a reference of 4.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class FedBuffEqualSettings(StrategySettings):
         10.0, gt=0, description="past this median staleness the rate shrinks as 1/τ (unset: never)"
     )
     cap_reference: float | None = Field(
-        None, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
+        6.0, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
     )
 
 
@@ -61,7 +63,7 @@ class FedBuffEqual(EqualShare):
         warmup_gradients: int = 200,
         share_window: int = 200,
         concurrency_reference: float | None = 10.0,
-        cap_reference: float | None = None,
+        cap_reference: float | None = 6.0,
     ) -> None:
         inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
