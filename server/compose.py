@@ -78,6 +78,13 @@ def at_model_rate(settings: Settings) -> bool:
     return settings.strategy.name == DEFAULT_STRATEGY and settings.strategy.learning_rate is None
 
 
+def at_model_cap(settings: Settings) -> bool:
+    """Whether the strategy's steps are capped at each model's own ``max_step`` (its manifest's) when the
+    settings set no cap: the default strategy, whatever its rate. The cap was chosen with it, and it is what
+    keeps a rate set too high from diverging (docs/results/default-search.md: the rate curves, capped)."""
+    return settings.strategy.name == DEFAULT_STRATEGY
+
+
 def build_strategy(settings: Settings, reference: ReferenceGradient | None = None) -> Strategy:
     """The configured strategy inside the configured wrappers (FLEET_STRATEGY, FLEET_WRAPPERS); ``reference``
     is the trusted gradient a trusted-score wrapper scores against (``trusted_gradient``)."""
@@ -185,6 +192,7 @@ def build_coordinator(settings: Settings, store: Any | None = None) -> Coordinat
         profiler=build_profiler(settings),
         strategy_factory=lambda: build_strategy(settings, reference),
         model_rate=at_model_rate(settings),
+        model_cap=at_model_cap(settings),
         admission=AdmissionController(size_drop=settings.size_drop, similarity_drop=settings.similarity_drop),
         lease_seconds=settings.lease_seconds,
         max_gradient_norm=settings.max_gradient_norm,
@@ -270,6 +278,7 @@ def apply_settings(coordinator: Coordinator, old: Settings, new: Settings) -> No
     coordinator.reconfigure(
         strategy_factory=factory,
         model_rate=at_model_rate(new),
+        model_cap=at_model_cap(new),
         lease_seconds=new.lease_seconds,
         max_gradient_norm=new.max_gradient_norm,
     )

@@ -70,11 +70,17 @@ def test_the_default_takes_the_models_cap_unless_the_settings_set_one(tmp_path, 
     coordinator.close()
 
 
-def test_another_strategy_or_a_set_rate_takes_no_cap_from_the_model(tmp_path):
-    for strategy in ({"name": "dynsgd"}, {"name": "fedbuff-equal", "learning_rate": 0.1}):
+def test_another_strategy_takes_no_cap_from_the_model_and_the_default_at_a_set_rate_keeps_it(tmp_path):
+    # the cap was chosen with the default strategy and is what holds a rate set too high (the search's rate
+    # curves run capped), so a set rate keeps it; the rate itself is then the settings'
+    for strategy, cap, rate in (
+        ({"name": "dynsgd"}, None, 0.2),
+        ({"name": "fedbuff-equal", "learning_rate": 2.4}, 0.02, 2.4),
+    ):
         coordinator = build_coordinator(settings_for(tmp_path, strategy=strategy, initial_model=None))
         coordinator.add_model(bundle_capped(0.02))
-        assert coordinator.run is not None and coordinator.run.strategy.max_step is None
+        assert coordinator.run is not None and coordinator.run.strategy.max_step == cap
+        assert coordinator.run.strategy.learning_rate == pytest.approx(rate)
         coordinator.close()
 
 

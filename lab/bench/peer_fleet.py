@@ -95,7 +95,7 @@ def run_fleet_arm(
     """Train until an evaluation reaches ``stop_at`` or ``cap_s`` seconds after the devices started."""
     from client import DeviceData, Worker, WorkerConfig
 
-    _, default_rate = default_strategy()
+    _, default_rate = default_strategy(MODEL)  # the model's own rate, as the default arm runs it
     server = _server(workdir, workload, arm, default_rate, stop_at).start()
     headers = {"Authorization": f"Bearer {ADMIN}"}
     pushes, stop, threads = Pushes(), threading.Event(), []

@@ -85,10 +85,13 @@ class Coordinator(Granting, Steering):
         attestation: Attestation | None = None,
         enroll_quota: int | None = None,
         model_rate: bool = False,
+        model_cap: bool = False,
     ) -> None:
         """``model_rate``: the strategy steps at the model's own rate (its manifest's ``learning_rate``)
-        where it has one; the composition root sets it when the settings leave the rate unset. ``checks``:
-        what a push must pass besides its lease's expiry and the run's (the aggregator:
+        where it has one; the composition root sets it when the settings leave the rate unset.
+        ``model_cap``: its steps are capped at the model's own ``max_step`` where it has one, unless the
+        strategy has a cap; the composition root sets it for the default strategy, whatever its rate.
+        ``checks``: what a push must pass besides its lease's expiry and the run's (the aggregator:
         ``TRUSTED``). ``sink``: where an accepted push goes (None: ``ApplyNow``, over this coordinator's
         strategy, profiler and catalog; an API worker: ``Enqueue``). ``versions``: ``OwnState`` (None)
         or ``FollowStorage`` (an API worker). ``recall_wait_s``: how long a push for a task this process
@@ -100,7 +103,7 @@ class Coordinator(Granting, Steering):
         self.health_policy = health or HealthPolicy()
         self.profiler = profiler
         self.strategy_factory = strategy_factory
-        self.model_rate = model_rate
+        self.model_rate, self.model_cap = model_rate, model_cap
         self.admission = admission or AdmissionController()
         self.clock = clock
         self.lease_seconds = lease_seconds

@@ -49,6 +49,7 @@ class Steering:
     clock: Callable[[], float]
     strategy_factory: Callable[[], Strategy]
     model_rate: bool
+    model_cap: bool
     admission: AdmissionController
     lease_seconds: float
     max_gradient_norm: float
@@ -191,11 +192,11 @@ class Steering:
 
     def strategy_for(self, manifest: Manifest) -> Strategy:
         """A new strategy for training ``manifest``'s model: at the model's own rate under ``model_rate``, and
-        with its own step cap unless the settings set one."""
+        with its own step cap under ``model_cap`` unless the settings set one."""
         strategy = self.strategy_factory()
         if self.model_rate and manifest.learning_rate is not None:
             strategy.learning_rate = manifest.learning_rate
-        if self.model_rate and manifest.max_step is not None and strategy.max_step is None:
+        if self.model_cap and manifest.max_step is not None and strategy.max_step is None:
             strategy.max_step = manifest.max_step
         return strategy
 
@@ -204,6 +205,7 @@ class Steering:
         *,
         strategy_factory: Callable[[], Strategy] | None = None,
         model_rate: bool | None = None,
+        model_cap: bool | None = None,
         lease_seconds: float | None = None,
         max_gradient_norm: float | None = None,
         admission: AdmissionController | None = None,
@@ -213,6 +215,8 @@ class Steering:
         with self._lock:
             if model_rate is not None:
                 self.model_rate = model_rate
+            if model_cap is not None:
+                self.model_cap = model_cap
             if strategy_factory is not None:
                 self.strategy_factory = strategy_factory
                 run = self.run
