@@ -80,11 +80,13 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
         "warmup_gradients": 200,
         "share_window": 200,
         "concurrency_reference": 10.0,
+        "cap_reference": 6.0,
     }
     built = build_strategy(default)
     assert type(built) is FedBuffEqual and built.learning_rate == 0.3 and built.k == 5
     crowd = built.inner
     assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 10.0 and crowd.power == 1.0
+    assert crowd.cap_reference == 6.0
     warm_up = crowd.inner
     assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200
     assert isinstance(warm_up.inner, ClipNorm) and warm_up.inner.factor == 2.0 and warm_up.inner.until is None
