@@ -157,7 +157,8 @@ def default_strategy(model: str | None = None) -> tuple[str, float]:
 
 def default_max_step(model: str | None = None) -> float | None:
     """The default strategy's step cap on the bundled ``model`` (its manifest's ``max_step``): what a
-    deployment that sets neither a rate nor a cap runs (``Strategy.max_step``); None: uncapped."""
+    deployment of the default strategy that sets no cap runs, at any rate (``Strategy.max_step``;
+    server/compose.py ``at_model_cap``); None: uncapped."""
     if model is None:
         return None
     from models.manifest import builtin
