@@ -102,7 +102,9 @@ def session(app: Any, args: argparse.Namespace, out: dict[str, Any]) -> Iterator
     started = time.perf_counter()
     yield (lambda: control.status().done >= 3, 40.0)
     out["train_seconds"] = time.perf_counter() - started
-    yield (lambda: control.status().state == "resting", 20.0)  # 3 drawings: each task used them all
+    # 3 drawings: it rests once a task has used them all (one computed before the third drawing was labelled
+    # used 2 and rested too, until the third ended that rest: wait for the rest after all 3)
+    yield (lambda: control.status().state == "resting" and "all 3 " in control.status().message, 30.0)
     out["resting"] = {"label": status.ids.state.text, "message": status.ids.message.text,
                       "rows": [r.batch_size for r in control.status().tasks]}  # fmt: skip
     yield 0.6

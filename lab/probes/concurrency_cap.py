@@ -4,9 +4,11 @@ The fifth search's default (fedbuff-equal-ref10, the MLP's step capped at 0.03 o
 dirichlet0.1-mlp-100dev at 0.38 at 2x its rate. A gradient τ̄ updates old has seen the model move up to τ̄
 capped steps, so the cap is shrunk as τ̄ grows. Variants, each the default strategy (FedBuffEqual) with
 the MLP's cap: ``fixed`` (the fifth's), ``power-P`` (the cap × the rate's concurrency factor to the P:
-(10/τ̄)^P), ``ref-R`` (the cap × R/τ̄ past a median staleness R: ``cap_reference``, bounding the drift), and on
-power-1: ``window-W`` (equal shares over W arrivals), ``no-share`` (equal shares off) and ``guard``
-(inside LossGuard). Runs only workloads an earlier search has reported on (sim/workloads.py
+(10/τ̄)^P), ``ref-R`` (the cap × R/τ̄ past a median staleness R: ``cap_reference``, bounding the drift),
+``rate-C`` (the shipped default, cap_reference 6, with the rate's own reference C instead of 10: a
+higher rate on 20 devices with the same on 100 and 1,000 needs a steeper shrink), and on power-1:
+``window-W`` (equal shares over W arrivals), ``no-share`` (equal shares off) and ``guard`` (inside
+LossGuard). Runs only workloads an earlier search has reported on (sim/workloads.py
 SEEN). Not an experiment (no results file): one line per run, its final accuracy and its time to the
 target over the best tuned run of docs/results/default-search.json when that search ran the workload.
 ``python -m lab.probes.concurrency_cap labels2-100dev adjacent-mlp-100dev --variants fixed,ref-4,ref-6``.
@@ -32,13 +34,15 @@ def strategy(variant: str, rate: float) -> Any:
     settings: dict[str, Any] = {"learning_rate": rate, "concurrency_reference": 10.0, "cap_reference": None}
     if kind == "ref":
         settings["cap_reference"] = float(value)
+    if kind == "rate":
+        settings |= {"concurrency_reference": float(value), "cap_reference": 6.0}
     if kind == "window":
         settings["share_window"] = int(value)
     built = FedBuffEqual(**settings)
     if kind == "no":  # no-share: every weight 1
         built.cap = 1.0
     built.max_step = CAP
-    if kind != "fixed" and kind != "ref":  # the cap scaled like the rate, to a power
+    if kind not in ("fixed", "ref", "rate"):  # the cap scaled like the rate, to a power
         power = float(value) if kind == "power" else 1.0
         crowd = built.inner
         assert isinstance(crowd, ConcurrencyScale)
