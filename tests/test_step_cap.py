@@ -84,6 +84,13 @@ def test_another_strategy_takes_no_cap_from_the_model_and_the_default_at_a_set_r
         coordinator.close()
 
 
+def test_with_dp_on_the_default_takes_no_cap_from_the_model():
+    from server.compose import at_model_cap
+    from server.settings import Settings
+
+    assert at_model_cap(Settings(_env_file=None)) and not at_model_cap(Settings(_env_file=None, dp=True))
+
+
 def test_a_manifest_cap_is_carried_and_checked():
     manifest = bundle_capped(0.04).manifest
     assert Manifest.from_json(manifest.to_json()).max_step == 0.04
