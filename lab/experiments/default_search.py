@@ -39,7 +39,6 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
     # at γ 0.3 the third search's choice, Fleet's default since
     "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0, "cap_reference": None}),
-    "dynsgd-equal": ("dynsgd-equal", {}),
     # and the step cap shrinking as R / τ̄ past a median staleness R: the sixth search's candidates (the
     # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them);
     # R = 6 its choice, Fleet's default since
@@ -49,7 +48,8 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
             {"concurrency_reference": 10.0, "cap_reference": float(r)},
         )
         for r in (4, 6)
-    },  # fmt: skip  # DynSGD dampened by the fleet's staleness, equal shares
+    },
+    "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
 # A candidate's rates: one for every model, or each model's own ((model, rate) or (model, rate, max_step),

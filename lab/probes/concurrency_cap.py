@@ -47,7 +47,7 @@ def strategy(variant: str, rate: float) -> Any:
         crowd = built.inner
         assert isinstance(crowd, ConcurrencyScale)
         crowd.cap_factor = lambda: crowd.factor() ** (power / crowd.power)  # type: ignore[method-assign]
-        crowd.cap_reference = crowd.reference
+        crowd.cap_reference = crowd.reference  # set, so aggregate() applies the factor above
     return LossGuard(built) if kind == "guard" else built
 
 
