@@ -103,8 +103,9 @@ def session(app: Any, args: argparse.Namespace, out: dict[str, Any]) -> Iterator
     yield (lambda: control.status().done >= 3, 40.0)
     out["train_seconds"] = time.perf_counter() - started
     # 3 drawings: it rests once a task has used them all (one computed before the third drawing was labelled
-    # used 2 and rested too, until the third ended that rest: wait for the rest after all 3)
-    yield (lambda: control.status().state == "resting" and "all 3 " in control.status().message, 30.0)
+    # used 2 and rested too, until the third ended that rest: wait for the rest after all 3, as the screen
+    # shows it, since the screen redraws from the controller only twice a second)
+    yield (lambda: status.ids.state.text == "Resting" and "all 3 " in status.ids.message.text, 30.0)
     out["resting"] = {"label": status.ids.state.text, "message": status.ids.message.text,
                       "rows": [r.batch_size for r in control.status().tasks]}  # fmt: skip
     yield 0.6
