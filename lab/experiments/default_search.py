@@ -22,9 +22,14 @@ import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
 from server.strategies import Strategy
-from sim.workloads import CHOICE, HELD_BACK, Workload, workload
+from sim.workload_halves import CHOICE, HELD_BACK
+from sim.workloads import Workload, workload
 
 SEED = 1  # the simulator's seed (timings, mini-batches); the data's are each workload's own
+# the held-back half runs each configuration on three other seeds: on one, the best of ten runs was often a
+# lucky one, and the default missed "within 0.5 points" of it by noise (the sixth search: 0.902 against
+# 0.910, with 0.907 at a quarter of the rate)
+HELD_BACK_SEEDS = (2, 3, 4)
 RATE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 # arm → (registered strategy, its settings beyond the rate)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -49,6 +54,16 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
         )
         for r in (4, 6)
     },
+    # and the rate shrinking from a median staleness of 5 instead of 10: the seventh search's
+    # candidates, with the MLP at twice its rate (on 20 devices τ̄ stays under 5, so only a small fleet
+    # takes the higher rate, which a 30x spread wanted; 100 devices collapsed at 2x with 10)
+    **{
+        f"fedbuff-equal-ccap6-ref{r}": (
+            "fedbuff-equal",
+            {"concurrency_reference": float(r), "cap_reference": 6.0},
+        )
+        for r in (5,)
+    },
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
@@ -56,18 +71,19 @@ BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4
 # ...): a bundled model carries its rate, and its step cap if it has one, in its manifest, which the default
 # strategy takes when no rate is set (fleet_protocol.Manifest)
 Rates = float | tuple[tuple[str, float] | tuple[str, float, float], ...]
-# the sixth search (2026-11-28): the fifth's choice (each model's own rate, the MLP's step capped at 0.03 of
-# ‖θ‖) against the CNN capped too (the fifth's NaN at 4x; lab/probes/step_cap.py kept 4x at 0.962-0.973 with
-# 0.03), at its rate and at 2x it, and against the cap shrinking past a median staleness of 4 or 6 (a fixed
-# cap let 100 devices collapse at 2x: 0.33-0.44). Its choice half is every MLP and logistic-regression
-# workload seen so far and four CNN ones (sim/workloads.py CHOICE)
-MODEL_RATES = (("mnist_cnn", 0.3), ("mlp", 0.6, 0.03), ("logreg", 1.2))
+# the sixth search (2026-11-28) chose the CNN's rate and cap, and the cap shrinking past a median staleness
+# of 6, over the fifth's choice (docs/strategies.md)
+MODEL_RATES = (("mnist_cnn", 0.6, 0.03), ("mlp", 0.6, 0.03), ("logreg", 1.2))  # the sixth's choice
+# the seventh (2026-11-28): the sixth's choice against the MLP at twice its rate with the rate shrinking from
+# a median staleness of 5 (so the sixth's rate on 100 and 1,000 devices; lab/probes/concurrency_cap.py:
+# labels2-100dev ended at 0.917-0.930 from 2x to 4x its rate with 5; with 7 the 1,000 devices fell to 0.61
+# at 2x), and logistic regression at twice its rate too (its best tuned run was at 4x on
+# labels1-logreg-shuffled)
+DOUBLED = (("mnist_cnn", 0.6, 0.03), ("mlp", 1.2, 0.03), ("logreg", 1.2))
 CANDIDATES: tuple[tuple[str, Rates], ...] = (
-    ("fedbuff-equal-ref10", MODEL_RATES),
-    *(
-        (f"fedbuff-equal-ccap{r}", (("mnist_cnn", cnn, 0.03), ("mlp", 0.6, 0.03), ("logreg", 1.2)))
-        for r, cnn in ((6, 0.3), (4, 0.3), (6, 0.6))
-    ),
+    ("fedbuff-equal-ccap6", MODEL_RATES),
+    ("fedbuff-equal-ccap6-ref5", DOUBLED),
+    ("fedbuff-equal-ccap6-ref5", (("mnist_cnn", 0.6, 0.03), ("mlp", 1.2, 0.03), ("logreg", 2.4))),
 )
 CAP = "+cap"  # an arm "A+cap0.03" is arm A with its step capped at 0.03 × ‖θ‖ (Strategy.max_step)
 
@@ -195,27 +211,36 @@ def censored(output: dict[str, Any], target: float) -> float:
     return math.inf if output["diverged"] else output["end_time"] * 1.0001
 
 
-def judge(outputs: dict[tuple[str, float], dict[str, Any]]) -> dict[str, Any]:
+def judge(outputs: dict[tuple[str, float], Any]) -> dict[str, Any]:
     """A workload's target (the best final accuracy less 1 point), the best run, and each run's time to the
-    target and ratio to the best time."""
-    best_final = max(o["final"] for o in outputs.values())
+    target and ratio to the best time. A configuration run on several seeds (a list of outputs) is judged
+    on its seeds together: its final is their mean, and it reaches the target when most of its seeds do,
+    at their median time, so one lucky seed neither sets a target nor misses one."""
+    seeds = {cfg: o if isinstance(o, list) else [o] for cfg, o in outputs.items()}
+    finals = {cfg: round(float(np.mean([o["final"] for o in os])), 4) for cfg, os in seeds.items()}
+    best_final = max(finals.values())
     target = round(best_final - 0.01, 4)
-    times = {cfg: censored(o, target) for cfg, o in outputs.items()}
-    best = min(times, key=lambda cfg: times[cfg])
+    reached = {
+        cfg: 2 * sum(time_to(o, target) is not None for o in os) > len(os) for cfg, os in seeds.items()
+    }
+    times = {cfg: float(np.median([censored(o, target) for o in os])) for cfg, os in seeds.items()}
+    best = min(times, key=lambda cfg: (not reached[cfg], times[cfg]))
+    runs = {}
+    for (arm, lr), os in seeds.items():
+        hit = reached[arm, lr] and not math.isinf(times[arm, lr])
+        runs[f"{arm}@{lr}"] = {
+            "time": times[arm, lr] if hit else None,
+            "end_time": float(np.median([o["end_time"] for o in os])),
+            "ratio": times[arm, lr] / times[best] if hit else None,
+            "final": finals[arm, lr],
+            "diverged": any(o["diverged"] for o in os),
+        } | ({"finals": [o["final"] for o in os]} if len(os) > 1 else {})
     return {
         "target": target,
         "best_final": best_final,
         "best": {"arm": best[0], "lr": best[1], "time": times[best]},
-        "runs": {
-            f"{arm}@{lr}": {
-                "time": None if math.isinf(t) or time_to(outputs[arm, lr], target) is None else t,
-                "end_time": outputs[arm, lr]["end_time"],
-                "ratio": t / times[best] if time_to(outputs[arm, lr], target) is not None else None,
-                "final": outputs[arm, lr]["final"],
-                "diverged": outputs[arm, lr]["diverged"],
-            }
-            for (arm, lr), t in times.items()
-        },
+        "seeds": max(len(os) for os in seeds.values()),
+        "runs": runs,
     }
 
 
@@ -229,6 +254,8 @@ class SearchPlan(Plan):
     cause: str = "adjacent-mlp"  # a choice workload where the old default plateaus
     gradients: int | None = None  # None: each workload's own length
     workers: int | None = None
+    seeds: tuple[int, ...] = (SEED,)  # the simulator's seeds on the choice half
+    held_back_seeds: tuple[int, ...] = HELD_BACK_SEEDS  # and on the held-back half: others, and more of them
 
 
 def run(plan: SearchPlan, ctx: Context) -> Result:
@@ -236,12 +263,19 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
 
     runner = p.Runner.of(ctx, plan.workers, work=simulate)
 
-    def stage(workloads: tuple[str, ...], configs: dict[str, list[tuple[str, float]]]) -> dict[str, Any]:
-        jobs = {(wl, cfg): Run(cfg[0], cfg[1], wl, gradients=plan.gradients) for wl in workloads
-                for cfg in dict.fromkeys(configs[wl])}  # fmt: skip
+    def stage(
+        workloads: tuple[str, ...], configs: dict[str, list[tuple[str, float]]], seeds: tuple[int, ...]
+    ) -> dict[str, Any]:
+        jobs = {(wl, cfg, seed): Run(cfg[0], cfg[1], wl, seed=seed, gradients=plan.gradients)
+                for wl in workloads for cfg in dict.fromkeys(configs[wl]) for seed in seeds}  # fmt: skip
         done = runner.run(list(jobs.values()))
         outputs.extend(done.values())
-        return {wl: judge({cfg: done[job] for (w, cfg), job in jobs.items() if w == wl}) for wl in workloads}
+        return {
+            wl: judge(
+                {cfg: [done[jobs[wl, cfg, seed]] for seed in seeds] for cfg in dict.fromkeys(configs[wl])}
+            )
+            for wl in workloads
+        }
 
     outputs: list[dict[str, Any]] = []
 
@@ -251,7 +285,9 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
 
     # 1. the choice half: the baselines and the candidates; the candidate with the best worst ratio wins
     judged = stage(
-        plan.choice, {wl: [*plan.baselines, *(own(c, wl) for c in plan.candidates)] for wl in plan.choice}
+        plan.choice,
+        {wl: [*plan.baselines, *(own(c, wl) for c in plan.candidates)] for wl in plan.choice},
+        plan.seeds,
     )
     choice = {
         label(*c): worst_and_mean(
@@ -263,7 +299,9 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     # 2. the held-back half: the baselines and the chosen one at x0.25 to x4 of its rate
     arm, rates = chosen
     curves = {wl: [own(chosen, wl, f) for f in plan.rate_factors] for wl in plan.held_back}
-    judged |= stage(plan.held_back, {wl: list(plan.baselines) + curves[wl] for wl in plan.held_back})
+    judged |= stage(
+        plan.held_back, {wl: list(plan.baselines) + curves[wl] for wl in plan.held_back}, plan.held_back_seeds
+    )
     held = {wl: report(judged[wl], *own(chosen, wl), plan.rate_factors) for wl in plan.held_back}
     # 3. the cause, on a choice workload: the old default and the chosen one, recorded
     cause_jobs = {a: Run(a, lr, plan.cause, gradients=plan.gradients, record=True)
@@ -279,6 +317,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
         "choice": choice,
         "choice_workloads": list(plan.choice),
         "held_back_workloads": list(plan.held_back),
+        "seeds": {"choice": list(plan.seeds), "held_back": list(plan.held_back_seeds)},
         "held_back": held,
         "judged": judged,
         "passed": {check: sum(h["checks"][check] for h in held.values()) for check in CHECKS},
@@ -366,6 +405,6 @@ QUICK_PLAN = SearchPlan(
     quick=True, choice=("labels1-mlp",), held_back=("labels2-mlp",), baselines=(("dynsgd", 0.2),),
     candidates=(("fedbuff-equal", 0.4), ("dynsgd-equal", 0.5)), rate_factors=(1.0, 4.0),
     cause="adjacent-mlp", gradients=200,
-    workers=1,
+    workers=1, held_back_seeds=(2, 3),
 )  # fmt: skip
 EXPERIMENT = Experiment("default-search", QUICK_PLAN, SearchPlan(), run, _markdown, _plot, title="issue 28")

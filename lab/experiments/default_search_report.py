@@ -41,6 +41,18 @@ def rates_text(rate: float | dict[str, float], caps: dict[str, float] | None = N
     return text
 
 
+def _seeds(summary: dict[str, Any]) -> str:
+    """Which simulator seeds each half ran on (one, before the seventh search)."""
+    seeds = summary.get("seeds")
+    if not seeds:
+        return "one seed"
+    return (
+        f"seed {', '.join(map(str, seeds['choice']))} on the choice half and "
+        f"{', '.join(map(str, seeds['held_back']))} on the held-back half (a configuration reaches a target "
+        "when most of its seeds do, at their median time)"
+    )
+
+
 def markdown(summary: dict[str, Any], name: str) -> str:
     default, rate = summary["default"], rates_text(summary["default_rate"], summary.get("default_max_step"))
     held = summary["held_back"]
@@ -50,10 +62,11 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         "",
         "`python -m lab run default-search` (or `fleet experiment default-search`): the suite of "
         "sim/workloads.py in the simulator (real ONNX gradients, virtual seconds, always-online devices at "
-        "fixed speeds), one seed. A workload's target is the best final accuracy any run reached on it "
-        "(mean of the last 5 evaluations) less 1 point. The baselines' rates are tuned on the reported run "
-        "itself (the best of their grid: an oracle, so the ratios below are strict). The candidates for the "
-        "default were compared on the choice half only; the shipped default is reported on the held-back "
+        f"fixed speeds), {_seeds(summary)}. A workload's target is the best final accuracy any "
+        "configuration reached on it (mean of the last 5 evaluations, and of its seeds) less 1 point. The "
+        "baselines' rates are tuned on the reported runs themselves (the best of their grid: an oracle, so "
+        "the ratios below are strict). The candidates for the default were compared on the choice half "
+        "only; the shipped default is reported on the held-back "
         f"half, which the choice never saw. Figure: [{name}.png]({name}.png).",
         "",
         f"**Shipped default: {default}, {rate}** (the choice half picked {summary['chosen']}).",
@@ -108,7 +121,7 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 
 def _redrawn(summary: dict[str, Any]) -> list[str]:
     """Which workloads earlier searches held back, and why they are chosen on now."""
-    from sim.workloads import (
+    from sim.workload_halves import (
         FIFTH_HELD_BACK,
         FIRST_HELD_BACK,
         FOURTH_HELD_BACK,

@@ -76,7 +76,7 @@ def probe(job: tuple[str, float, str]) -> dict[str, Any]:
 
 def main() -> None:
     from lab.experiments.default_search import judge, time_to
-    from sim.workloads import SEEN
+    from sim.workload_halves import SEEN
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")

@@ -1,0 +1,36 @@
+"""Issue 28: how a workload's runs are judged, on one seed or on several."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.experiments.default_search import judge
+
+
+def output(final: float, hit_at: float | None, end: float = 100.0, diverged: bool = False) -> dict:
+    """A run whose accuracy is 0.5 until ``hit_at`` (never, if None), then ``final``."""
+    times = [10.0, 50.0, end] if hit_at is None else [10.0, hit_at, end]
+    accuracy = [0.5, 0.5, 0.5] if hit_at is None else [0.5, final, final]
+    return {"times": times, "accuracy": accuracy, "final": final, "end_time": end, "diverged": diverged}
+
+
+def test_one_seed_sets_the_target_at_the_best_final_less_one_point():
+    j = judge({("a", 0.1): output(0.90, 20.0), ("b", 0.1): output(0.95, 40.0)})
+    assert j["target"] == pytest.approx(0.94) and j["best"]["arm"] == "b" and j["seeds"] == 1
+    assert j["runs"]["a@0.1"]["time"] is None and j["runs"]["a@0.1"]["ratio"] is None  # a miss
+    assert j["runs"]["b@0.1"]["ratio"] == 1.0
+
+
+def test_on_several_seeds_one_lucky_seed_neither_sets_the_target_nor_reaches_it():
+    lucky = [output(0.99, 20.0), output(0.90, 30.0), output(0.90, 30.0)]  # mean 0.93
+    steady = [output(0.94, 60.0), output(0.94, 50.0), output(0.94, 70.0)]
+    j = judge({("lucky", 0.1): lucky, ("steady", 0.1): steady})
+    assert j["best_final"] == pytest.approx(0.94) and j["target"] == pytest.approx(0.93)
+    assert j["runs"]["lucky@0.1"]["time"] is None  # one seed of three reached 0.93: not most of them
+    assert j["runs"]["steady@0.1"]["time"] == 60.0 and j["best"]["arm"] == "steady"  # the median time
+    assert j["runs"]["steady@0.1"]["finals"] == [0.94, 0.94, 0.94] and j["seeds"] == 3
+
+
+def test_a_seed_that_diverges_marks_the_configuration():
+    j = judge({("a", 0.1): [output(0.9, 20.0), output(0.1, None, diverged=True), output(0.9, 25.0)]})
+    assert j["runs"]["a@0.1"]["diverged"] and j["runs"]["a@0.1"]["time"] == 25.0
