@@ -76,6 +76,16 @@ class Manifest:
             raise ValueError(f"expected {self.num_params} values, got {flat.shape}")
         return {p.name: flat[p.offset : p.offset + p.size].reshape(p.shape) for p in self.params}
 
+    def head(self) -> tuple[slice, slice] | None:
+        """Where the output layer's weight (classes × features, row-major) and bias sit in the flat vector:
+        the last two parameters, when shaped so; None for a model that ends otherwise."""
+        if len(self.params) < 2:
+            return None
+        weight, bias = self.params[-2:]
+        if bias.shape != (self.num_classes,) or len(weight.shape) != 2 or weight.shape[0] != self.num_classes:
+            return None
+        return slice(weight.offset, weight.offset + weight.size), slice(bias.offset, bias.offset + bias.size)
+
     def to_json(self) -> str:
         data = asdict(self)
         for p, spec in zip(data["params"], self.params, strict=True):

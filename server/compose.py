@@ -126,6 +126,10 @@ class TrustedGradient:
         x = self.x[rows].reshape((-1, *run.manifest.input_shape))
         return session.loss_and_gradient(run.params, x, self.y[rows])[1]
 
+    def head(self) -> tuple[slice, slice] | None:
+        run = None if self.coordinator is None else self.coordinator.run
+        return None if run is None else run.manifest.head()
+
 
 def trusted_gradient(settings: Settings, coordinator: Coordinator | None = None) -> TrustedGradient | None:
     """The trusted gradient port of the first trusted-score wrapper configured (its ``data`` and

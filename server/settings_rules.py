@@ -106,6 +106,12 @@ STEPPING = ("centered-clip", "robust-aggregation", "norm-noise")  # replace the 
 
 
 def _trusted_data(settings: Settings) -> str | None:
+    names = [wrapper.name for wrapper in settings.wrappers]
+    if "label-check" in names and "trusted-score" not in names:
+        return (
+            "FLEET_WRAPPERS entry label-check requires a trusted-score entry with its data: it holds each"
+            " push to the trusted digits of the labels it claims"
+        )
     for wrapper in settings.wrappers:
         if wrapper.name != "trusted-score":
             continue

@@ -84,12 +84,17 @@ class Adversary:
         """(loss, gradient, labels) a Byzantine device pushes for a task over training rows ``batch``, given
         its honest loss and gradient on the handed ``params``: a poisoned batch is computed afresh."""
         x, y = bench.train.x[batch], bench.train.y[batch]
+        clean, clean_y = gradient, y
         if self.attack.changes_batch:
             if params is None:
                 raise ValueError("a batch-poisoning attack needs the parameters the task was handed")
             x, y = self.attack.batch(x, y, bench.num_classes)
             loss, gradient = bench.gradients.loss_and_gradient(params, x, y)
         pushed = self.attack.gradient(gradient, self.honest(gradient))
+        head = bench.bundle.manifest.head() if getattr(self.attack, "honest_head", False) else None
+        if head is not None:  # the output layer as the clean batch moved it, and the clean batch's labels
+            pushed = np.array(pushed, copy=True)
+            pushed[head[0]], pushed[head[1]], y = clean[head[0]], clean[head[1]], clean_y
         if self.claim is not None and params is not None:
             if self.committed is None or self.claim == "push":
                 self.committed = self.claimed(bench, params, pushed)

@@ -131,3 +131,23 @@ def test_a_push_past_the_norm_bound_is_refused_not_fatal_and_counted_against_its
     assert counts["byzantine"] > 80 and counts["byzantine_dropped"] == counts["byzantine"]
     assert not result.diverged and result.dropped >= counts["byzantine"]
     assert result.accuracy[-1] > 0.5  # the bound kept the attack out entirely
+
+
+def test_a_backdoor_with_an_honest_head_pushes_the_clean_batchs_output_layer_and_labels():
+    """The attack that adapts to label-check: the trigger learnt through the hidden layers only (the MLP:
+    logistic regression is all output layer)."""
+    bench = Workbench(builtin("mlp"), *load_mnist(seed=0))
+    rows = np.arange(40)
+    params = bench.bundle.init_params
+    loss, clean = bench.gradients.loss_and_gradient(params, bench.train.x[rows], bench.train.y[rows])
+    weight, bias = bench.bundle.manifest.head()
+    plain = adversary("backdoor", devices=10, attackers=3, seed=1, target=0, share=0.5)
+    adaptive = adversary("backdoor", devices=10, attackers=3, seed=1, target=0, share=0.5, honest_head=True)
+    _, poisoned, poisoned_y = plain.push(bench, params, rows, loss, clean)
+    _, pushed, claimed = adaptive.push(bench, params, rows, loss, clean)
+    np.testing.assert_array_equal(pushed[weight], clean[weight])
+    np.testing.assert_array_equal(pushed[bias], clean[bias])
+    np.testing.assert_array_equal(claimed, bench.train.y[rows])  # the clean labels, not the target
+    assert (poisoned_y == 0).sum() > (bench.train.y[rows] == 0).sum()  # the plain one relabelled some
+    assert not np.allclose(pushed, clean)  # the rest is the poisoned batch's
+    np.testing.assert_array_equal(pushed[: weight.start], poisoned[: weight.start])

@@ -84,6 +84,9 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
     # the last, and of what it lets through only the parameters 40% of the devices move (sign-vote's
     # support count: the corner backdoor's weights get no honest gradient)
+    # and each push held to its claimed labels at the output layer (server/strategies/label_check.py)
+    "fltrust-labels-check": (FLTRUST_LABELS_DEVICE, {"name": "label-check"}),
+    "fltrust-labels-rows": (FLTRUST_LABELS_DEVICE, {"name": "label-check", "threshold": 0.25}),
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,
@@ -102,6 +105,9 @@ ATTACKS: dict[str, dict[str, Any]] = {
     # the same trigger 4 pixels in from the corner, where 12% of clean digits have ink: honest devices move
     # its weights too, so a defence that stops what only attackers move does not see it (adaptive)
     "backdoor-inset": {"attack": "backdoor", "inset": 4},
+    # the inset trigger learnt through the hidden layers only, the output layer's gradient and the labels
+    # claimed the clean batch's: against label-check, which reads the output layer (adaptive)
+    "backdoor-head": {"attack": "backdoor", "inset": 4, "honest_head": True},
 }
 # not an attack: the attackers' pushes never reach the server, what a perfect filter keeps (sim/adversary.py)
 SILENT = "silent"
@@ -150,6 +156,9 @@ class SimulatedReference:
         x, y = self.bench.train.x[rows], self.bench.train.y[rows]
         return self.bench.gradients.loss_and_gradient(self.core.run.params, x, y)[1]
 
+    def head(self) -> tuple[slice, slice] | None:
+        return None if self.core is None or self.core.run is None else self.core.run.manifest.head()
+
 
 def defended(run: Run, reference: SimulatedReference) -> Any:
     """The default strategy inside ``run``'s defence (Kardam assumes ``KARDAM_SHARE`` of the devices)."""
@@ -180,6 +189,8 @@ def simulate(run: Run) -> dict[str, Any]:
     if run.attack is not None:
         reads = {config.get("by_labels", "none") for config in DEFENCES[run.defence]}  # lie to one that reads
         claim = "commit" if "device" in reads else "push" if "push" in reads else None
+        if any(config["name"] == "label-check" for config in DEFENCES[run.defence]):
+            claim = None  # its claim test catches a lie (lab/probes/backdoor_rows.py): the truth, then
         params = dict(ATTACKS.get(run.attack, {}))  # SILENT: the bound, no attack
         attack = adversary(
             params.pop("attack", run.attack), devices=w.devices, attackers=run.attackers, seed=run.seed,

@@ -168,6 +168,11 @@ class ReferenceGradient(Protocol):
         those of one ``label`` only; None while no model trains or when no trusted sample has that label."""
         ...
 
+    def head(self) -> tuple[slice, slice] | None:
+        """The output layer's weight and bias in the flat vector (``Manifest.head``) of the model that
+        trains now; None while none trains or when its model ends otherwise."""
+        ...
+
 
 @dataclass(frozen=True)
 class ModelRecord:

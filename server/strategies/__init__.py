@@ -29,6 +29,7 @@ from server.strategies.fedbuff import FedBuff
 from server.strategies.fedbuff_equal import FedBuffEqual
 from server.strategies.guard import LossGuard
 from server.strategies.kardam import Kardam
+from server.strategies.label_check import LabelCheck
 from server.strategies.mapa import MAPA
 from server.strategies.norm_noise import NormNoise
 from server.strategies.robust_aggregation import RobustAggregation
@@ -53,7 +54,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
-    + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote)  # the defences of issue 30
+    + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote, LabelCheck)  # issue 30's defences
 }
 
 # issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data
@@ -97,9 +98,13 @@ def wrap(
     strategy: Strategy, wrappers: Sequence[WrapperSettings], *, reference: ReferenceGradient | None = None
 ) -> Strategy:
     """``strategy`` inside each configured wrapper, the first one innermost (server/compose.py's order);
-    ``reference``, the trusted gradient port, goes to the wrappers that score against it (trusted-score)."""
+    ``reference``, the trusted gradient port, goes to the wrappers that score against it (trusted-score,
+    label-check)."""
     for config in wrappers:
-        extra = {"reference": reference} if WRAPPERS[config.name] is TrustedScore else {}
+        uses = WRAPPERS[config.name] is TrustedScore or getattr(
+            WRAPPERS[config.name], "uses_reference", False
+        )
+        extra = {"reference": reference} if uses else {}
         strategy = WRAPPERS[config.name](strategy, **config.kwargs(), **extra)
     return strategy
 

@@ -1,0 +1,148 @@
+"""Issue 30: label-check holds each push to the labels it claims, on real gradients of a bundled model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client import GradientSession
+from client._attacks.backdoor import add_trigger
+from fleet_protocol.manifest import Manifest, ParamSpec
+from models.manifest import builtin
+from server.strategies import WRAPPERS, make_strategy, wrap
+from server.strategies.base import Arrival
+from server.strategies.label_check import LabelCheck, LabelCheckSettings
+from sim.data import load_mnist
+
+
+class _Recorder(type(make_strategy("dynsgd"))):  # the arrivals that got through
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Arrival] = []
+
+    def receive(self, arrival: Arrival) -> float:
+        self.seen.append(arrival)
+        return super().receive(arrival)
+
+
+class Trusted:
+    """The trusted-gradient port over a few training digits, at fixed parameters."""
+
+    def __init__(self, session: GradientSession, params: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        self.session, self.params, self.x, self.y = session, params, x, y
+
+    def gradient(self, label: int | None = None) -> np.ndarray | None:
+        rows = slice(None) if label is None else self.y == label
+        if not len(self.y[rows]):
+            return None
+        return self.session.loss_and_gradient(self.params, self.x[rows], self.y[rows])[1]
+
+    def head(self) -> tuple[slice, slice] | None:
+        return self.session.manifest.head()
+
+
+@pytest.fixture(scope="module")
+def logreg():
+    """Logistic regression a little trained on MNIST, its session, and digits to push from and to trust."""
+    bundle = builtin("logreg")
+    session = GradientSession(bundle.manifest, bundle.train_onnx)
+    train, _ = load_mnist(seed=0)
+    x = train.x
+    params = bundle.init_params.copy()
+    for start in range(0, 2000, 100):  # a few SGD steps: the rows point somewhere
+        params -= (
+            0.5 * session.loss_and_gradient(params, x[start : start + 100], train.y[start : start + 100])[1]
+        )
+    trusted = np.arange(3800, 4000)
+    return session, params, x, train.y, Trusted(session, params, x[trusted], train.y[trusted])
+
+
+def push(session, params, x, y, *, counts=None, device="d", task="t") -> Arrival:
+    gradient = session.loss_and_gradient(params, x, y)[1]
+    claimed = np.bincount(y, minlength=10) if counts is None else np.asarray(counts)
+    return Arrival(task, device, 0, 0, gradient, claimed, len(y), None, 0.0)
+
+
+def test_the_output_layer_is_found_in_the_bundled_models_and_not_in_another():
+    for name in ("mnist_cnn", "mlp", "logreg"):
+        manifest = builtin(name).manifest
+        weight, bias = manifest.head()
+        assert bias.stop == manifest.num_params and bias.stop - bias.start == manifest.num_classes
+        assert (weight.stop - weight.start) % manifest.num_classes == 0 and weight.stop == bias.start
+    odd = Manifest("odd", (ParamSpec("w", (3, 10), 0), ParamSpec("b", (3,), 30)), (10,), 10)
+    assert odd.head() is None
+
+
+def test_an_honest_claim_always_passes_and_one_that_leaves_labels_out_never(logreg):
+    session, params, x, y, trusted = logreg
+    check = LabelCheck(_Recorder(), reference=trusted)
+    rng = np.random.default_rng(0)
+    for i in range(30):  # honest devices of one, two or many labels: −∂b_c ≤ freq_c, exactly
+        labels = rng.choice(10, size=rng.integers(1, 10), replace=False)
+        rows = rng.choice(np.flatnonzero(np.isin(y[:3800], labels)), 50)
+        assert check.receive(push(session, params, x[rows], y[rows], task=f"h{i}")) > 0
+    two = np.flatnonzero(np.isin(y[:3800], [3, 5]))[:60]
+    lie = np.bincount(np.full(60, 3), minlength=10)  # holds 3s and 5s, says 3s only
+    assert check.receive(push(session, params, x[two], y[two], counts=lie)) == 0.0
+    flipped = push(session, params, x[two], y[two])
+    flipped = Arrival("f", "a", 0, 0, -flipped.gradient, flipped.label_counts, 60, None, 0.0)
+    assert check.receive(flipped) == 0.0  # −g: mean p_c > 0 of a class it never held
+    assert check.false_claims == 2 and check.row_drops == 0 and len(check.inner.seen) == 30
+    assert check.reads() == {"label_counts"}
+
+
+def test_the_row_test_drops_a_poisoned_batch_told_truthfully_and_keeps_the_honest_device(logreg):
+    session, params, x, y, trusted = logreg
+    check = LabelCheck(_Recorder(), threshold=0.25, reference=trusted)
+    rng = np.random.default_rng(1)
+    own = np.flatnonzero(np.isin(y[:3800], [3, 5]))
+    for i in range(10):
+        rows = rng.choice(own, 60)
+        assert check.receive(push(session, params, x[rows], y[rows], device="honest", task=f"h{i}")) > 0
+        poisoned_x, poisoned_y = x[rows].copy(), y[rows].copy()
+        half = rng.random(60) < 0.5  # a backdoor: half of each batch triggered and relabelled 0
+        poisoned_x[half] = add_trigger(poisoned_x[half])
+        poisoned_y[half] = 0
+        check.receive(push(session, params, poisoned_x, poisoned_y, device="backdoor", task=f"b{i}"))
+    assert check.standing["backdoor"] < 0.25 < check.standing["honest"]
+    assert check.row_drops >= 5 and check.false_claims == 0  # its claim (0s, 3s, 5s) was the truth
+    assert {a.device_id for a in check.inner.seen} <= {"honest", "backdoor"}
+
+    restarted = LabelCheck(_Recorder(), threshold=0.25, reference=trusted)
+    restarted.load_state_dict(check.state_dict())
+    assert restarted.standing == check.standing
+
+
+def test_a_model_without_a_softmax_head_or_a_push_without_counts_passes_untested(logreg):
+    session, params, x, y, trusted = logreg
+
+    class Headless(Trusted):
+        def head(self):
+            return None
+
+    check = LabelCheck(_Recorder(), threshold=0.9, reference=Headless(session, params, x, y))
+    lie = push(session, params, x[:50], y[:50], counts=np.eye(10)[0] * 50)
+    assert check.receive(lie) > 0
+    nothing = Arrival("n", "d", 0, 0, lie.gradient, None, 50, None, 0.0)
+    assert LabelCheck(_Recorder(), reference=trusted).receive(nothing) > 0
+
+
+def test_the_settings_register_it_and_it_needs_a_trusted_score_entry(tmp_path):
+    from pydantic import ValidationError
+
+    from server.settings import Settings
+
+    assert WRAPPERS["label-check"] is LabelCheck and LabelCheckSettings().threshold is None
+    with pytest.raises(ValidationError, match="requires a trusted-score entry"):
+        Settings(_env_file=None, wrappers=["label-check"])
+    data = tmp_path / "trusted.npz"
+    np.savez(data, x=np.zeros((4, 1, 28, 28), np.uint8), y=np.arange(4))
+    settings = Settings(
+        _env_file=None, wrappers=[{"name": "trusted-score", "data": str(data)}, "label-check"]
+    )
+    from server.compose import build_strategy, trusted_gradient
+
+    port = trusted_gradient(settings)
+    built = build_strategy(settings, port)
+    assert isinstance(built, LabelCheck) and built.reference is port
+    assert wrap(make_strategy("dynsgd"), [LabelCheckSettings()], reference=port).reference is port
