@@ -15,7 +15,7 @@ import numpy as np
 from fleet_protocol import Manifest
 
 from ._attacks import make_attack
-from ._attacks.live import honest_rows
+from ._attacks.live import honest_rows, with_clean_head
 from ._data import DeviceData, label_counts
 from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, default_energy_meter
@@ -158,11 +158,13 @@ class Worker:
             raise self._decline(grant, exc) from exc
         private = is_private(dp)  # a DP task: its push says nothing of the data but the noised gradient
         self._private_asks = self._private_asks or private
+        clean = None  # an attack that keeps the output layer honest: the clean batch (Backdoor.honest_head)
         if dp is None:  # at most the N examples held, without replacement: the push says how many
             x, y = self.data.batch(grant.batch_size, self._rng)
+            clean = self._clean_batch(x, y, manifest)
             x, y = (x, y) if self._attack is None else self._attack.batch(x, y, manifest.num_classes)
             x = _fit_input(x, manifest.input_shape)
-            batch_counts = label_counts(y, manifest.num_classes)
+            batch_counts = label_counts(y if clean is None else clean[1], manifest.num_classes)
         else:  # plain local SGD (a strategy's terms, no DP) reports the local label mix scaled to B
             dp_session = self._dp_session(grant, manifest)
             local = self.data.label_counts(manifest.num_classes)
@@ -206,7 +208,7 @@ class Worker:
             busy += pause  # charged as compute, like the floor above
         compute_time_ms = (time.perf_counter() - start) * 1000.0
         reading = self.energy.end(mark, busy)
-        gradient = self._attacked(gradient, session, params, grant, manifest)  # after the timing (I-Prof)
+        gradient = self._attacked(gradient, session, params, grant, manifest, clean)  # untimed (I-Prof)
 
         if gradient.shape != (manifest.num_params,):
             raise WorkerError(f"gradient has shape {gradient.shape}, expected ({manifest.num_params},)")
@@ -245,10 +247,11 @@ class Worker:
 
     def _attacked(
         self, gradient: np.ndarray, session: GradientComputer, params: np.ndarray, grant: TaskGrant,
-        manifest: Manifest,
+        manifest: Manifest, clean: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:  # fmt: skip
         """What an attacker pushes instead of ``gradient`` (measured as any phone's: the attack is untimed);
-        ALIE and IPM estimate the honest spread from own batches (_attacks/live.py). Honest: ``gradient``."""
+        ALIE and IPM estimate the honest spread from own batches (_attacks/live.py); with ``clean``, the
+        output layer is the clean batch's (``Backdoor.honest_head``). Honest: ``gradient``."""
         if self._attack is None:
             return gradient
         honest = honest_rows(
@@ -256,7 +259,20 @@ class Worker:
             batch_size=grant.batch_size, rng=self._attack_rng,
             fit=lambda x: _fit_input(x, manifest.input_shape),
         )  # fmt: skip
-        return self._attack.gradient(gradient, honest)
+        pushed = self._attack.gradient(gradient, honest)
+        if clean is None or (head := manifest.head()) is None:
+            return pushed
+        return with_clean_head(pushed, session=session, params=params, clean=clean, head=head)
+
+    def _clean_batch(
+        self, x: np.ndarray, y: np.ndarray, manifest: Manifest
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The batch before an attack that keeps the output layer honest changes it; None for any other."""
+        if not getattr(self._attack, "honest_head", False):
+            return None
+        if manifest.head() is None:
+            raise WorkerError(f"{manifest.name} has no output layer (classes × features) to keep honest")
+        return _fit_input(x, manifest.input_shape), y
 
     def _decline(self, grant: TaskGrant, exc: TaskDeclined) -> TaskDeclined:
         """Give ``grant`` back with ``exc``'s reason, so the coordinator ends its lease and records why; a

@@ -91,8 +91,13 @@ class Adversary:
             x, y = self.attack.batch(x, y, bench.num_classes)
             loss, gradient = bench.gradients.loss_and_gradient(params, x, y)
         pushed = self.attack.gradient(gradient, self.honest(gradient))
-        head = bench.bundle.manifest.head() if getattr(self.attack, "honest_head", False) else None
-        if head is not None:  # the output layer as the clean batch moved it, and the clean batch's labels
+        if getattr(self.attack, "honest_head", False):
+            head = bench.bundle.manifest.head()
+            if head is None:
+                raise ValueError(
+                    f"{bench.bundle.manifest.name} has no output layer (classes x features) to keep"
+                )
+            # the output layer as the clean batch moved it, and the clean batch's labels
             pushed = np.array(pushed, copy=True)
             pushed[head[0]], pushed[head[1]], y = clean[head[0]], clean[head[1]], clean_y
         if self.claim is not None and params is not None:

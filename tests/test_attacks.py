@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from client import DeviceData, StaticFeatures, Worker, WorkerConfig
+from client import DeviceData, StaticFeatures, Worker, WorkerConfig, WorkerError
 from client._attacks import (
     ALIE,
     ATTACKS,
@@ -194,6 +194,31 @@ def test_an_honest_worker_pushes_the_true_gradient_and_attackers_theirs(tiny):
     _, poisoned = numpy_reference(params, add_trigger(x), np.full_like(y, 3), 10)
     backdoor = pushed(tiny, data, "backdoor", target="3", share="1", boost="2")
     np.testing.assert_allclose(backdoor, 2 * poisoned, rtol=1e-4, atol=1e-5)
+    # this model's weight is features × classes: no output layer to keep honest, so that backdoor is refused
+    with pytest.raises(WorkerError, match="output layer"):
+        pushed(tiny, data, "backdoor", honest_head="true")
+
+
+def test_the_honest_head_backdoor_pushes_the_clean_output_layer_and_labels_on_the_mlp():
+    """The attack that adapts to label-check (server/strategies/label_check.py), in the live worker."""
+    from client import GradientSession
+    from models.manifest import builtin
+
+    bundle = builtin("mlp")
+    data = make_data(5)
+    x, y = task_batch(data)
+    server = FakeServer(bundle.manifest, bundle.train_onnx, batch_size=8)
+    params = server.params[3]
+    attack = {"target": "3", "share": "1", "honest_head": "true"}
+    make_worker(server, data=data, seed=11, attack="backdoor", attack_params=attack).run_one()
+    sent, counts = server.pushes[0]["gradient"], server.pushes[0]["meta"]["label_counts"]
+    session = GradientSession(bundle.manifest, bundle.train_onnx)
+    clean = session.loss_and_gradient(params, x, y)[1]
+    poisoned = session.loss_and_gradient(params, add_trigger(x), np.full_like(y, 3))[1]
+    weight, bias = bundle.manifest.head()
+    np.testing.assert_allclose(sent[weight.start :], clean[weight.start :], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(sent[: weight.start], poisoned[: weight.start], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(counts, np.bincount(y, minlength=10))  # the clean labels
 
 
 def test_a_live_alie_worker_estimates_the_spread_from_its_own_batches(tiny):

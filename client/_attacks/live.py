@@ -15,7 +15,7 @@ import numpy as np
 
 from .base import Attack
 
-__all__ = ["honest_rows"]
+__all__ = ["honest_rows", "with_clean_head"]
 
 
 class _Data(Protocol):
@@ -45,3 +45,19 @@ def honest_rows(
         x, y = data.batch(batch_size, rng)
         rows.append(session.loss_and_gradient(params, fit(x), y)[1])
     return np.stack(rows)
+
+
+def with_clean_head(
+    pushed: np.ndarray,
+    *,
+    session: _Gradients,
+    params: np.ndarray,
+    clean: tuple[np.ndarray, np.ndarray],
+    head: tuple[slice, slice],
+) -> np.ndarray:
+    """``pushed`` with its output layer (``Manifest.head``) replaced by the clean batch's: what a backdoor
+    that keeps the output layer honest sends (``Backdoor.honest_head``; the simulator's: sim/adversary.py)."""
+    kept = session.loss_and_gradient(params, *clean)[1]
+    pushed = np.array(pushed, copy=True)
+    pushed[head[0]], pushed[head[1]] = kept[head[0]], kept[head[1]]
+    return pushed
