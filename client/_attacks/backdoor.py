@@ -76,10 +76,6 @@ class Backdoor(Honest):
     # gradient); 4 on 28x28 MNIST puts it where 12% of clean digits have ink (6: 45%), against a defence
     # that stops the parameters honest devices never move (sign-vote's support count)
     inset: int = 0
-    # push the clean batch's output-layer gradient with the poisoned rest, and claim the clean labels: the
-    # backdoor then learns through the hidden layers only, against a defence that reads the output layer
-    # (server/strategies/label_check.py); the simulator splices it (sim/adversary.py)
-    honest_head: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.share <= 1.0:

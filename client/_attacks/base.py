@@ -43,6 +43,10 @@ class Honest:
     estimates: int = field(default=0, init=False)
     changes_batch: bool = field(default=False, init=False)
     rng: np.random.Generator = field(default_factory=np.random.default_rng, repr=False, compare=False)
+    # push the clean batch's output-layer gradient with the attacked rest, and claim the clean labels: the
+    # attack adapted to a defence that reads the output layer (server/strategies/label_check.py); the
+    # worker and the simulator splice it (client/_attacks/live.py ``with_clean_head``, sim/adversary.py)
+    honest_head: bool = False
 
     def batch(self, x: np.ndarray, y: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         return x, y

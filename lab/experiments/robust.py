@@ -108,6 +108,9 @@ ATTACKS: dict[str, dict[str, Any]] = {
     # the inset trigger learnt through the hidden layers only, the output layer's gradient and the labels
     # claimed the clean batch's: against label-check, which reads the output layer (adaptive)
     "backdoor-head": {"attack": "backdoor", "inset": 4, "honest_head": True},
+    # and two gradient attacks the same way: label-check's claim test stops them when the whole gradient lies
+    "sign-flip-head": {"attack": "sign-flip", "honest_head": True},
+    "alie-head": {"attack": "alie", "honest_head": True},
 }
 # not an attack: the attackers' pushes never reach the server, what a perfect filter keeps (sim/adversary.py)
 SILENT = "silent"
