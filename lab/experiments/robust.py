@@ -111,6 +111,8 @@ ATTACKS: dict[str, dict[str, Any]] = {
     # and two gradient attacks the same way: label-check's claim test stops them when the whole gradient lies
     "sign-flip-head": {"attack": "sign-flip", "honest_head": True},
     "alie-head": {"attack": "alie", "honest_head": True},
+    # ALIE telling its true labels to a defence that reads them (otherwise it claims the best-agreeing label)
+    "alie-truthful": {"attack": "alie", "truthful": True},
 }
 # not an attack: the attackers' pushes never reach the server, what a perfect filter keeps (sim/adversary.py)
 SILENT = "silent"
@@ -195,6 +197,8 @@ def simulate(run: Run) -> dict[str, Any]:
         if any(config["name"] == "label-check" for config in DEFENCES[run.defence]):
             claim = None  # its claim test catches a lie (lab/probes/backdoor_rows.py): the truth, then
         params = dict(ATTACKS.get(run.attack, {}))  # SILENT: the bound, no attack
+        if params.pop("truthful", False):  # the attackers tell their batches' true labels, whatever reads them
+            claim = None
         attack = adversary(
             params.pop("attack", run.attack), devices=w.devices, attackers=run.attackers, seed=run.seed,
             claim=claim, **params,

@@ -13,7 +13,8 @@ choice collapsed on 1,000 devices. The rate, 0.3, and the reference, 10, are the
 before, and 0.2 / 0.4 with 10). Each bundled model carries its own rate, and the MLP and the CNN a step
 cap (``Strategy.max_step``), in its manifest: the fourth, fifth and sixth searches' choices. Past a median
 staleness of 6 the cap shrinks as 1/τ (``cap_reference``), so a gradient τ updates old never saw the model
-drift more than 6 capped steps: the sixth search's choice, over a fixed cap and a reference of 4.
+drift more than 6 capped steps: the sixth search's choice, over a fixed cap and a reference of 4, kept by
+the seventh over the MLP at twice its rate with a rate reference of 5 (docs/strategies.md).
 """
 
 from __future__ import annotations
