@@ -197,7 +197,7 @@ def simulate(run: Run) -> dict[str, Any]:
         if any(config["name"] == "label-check" for config in DEFENCES[run.defence]):
             claim = None  # its claim test catches a lie (lab/probes/backdoor_rows.py): the truth, then
         params = dict(ATTACKS.get(run.attack, {}))  # SILENT: the bound, no attack
-        if params.pop("truthful", False):  # the attackers tell their batches' true labels, whatever reads them
+        if params.pop("truthful", False):  # they tell their true labels, whatever reads them
             claim = None
         attack = adversary(
             params.pop("attack", run.attack), devices=w.devices, attackers=run.attackers, seed=run.seed,

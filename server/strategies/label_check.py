@@ -15,6 +15,8 @@ averaged over the batch, where ∂b_c = mean p_c − freq_c:
   weight 0. With no attack installed, seed 1000's per-device medians were 0.53-0.92 honest and −0.89 to
   0.00 for the six backdoor devices (lab/probes/backdoor_rows.py --oracle).
 
+An attack that keeps the output layer honest (``honest_head``) passes both tests, and ALIE that way took the
+fleet to 0.48 inside it with FLTrust (docs/robustness.md): an option, not the recommended defence.
 It reads ``label_counts``, so it is refused with DP on; it takes its trusted digits from the
 ``trusted-score`` entry configured with it (server/compose.py ``trusted_gradient``).
 """
