@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from client._attacks import Attack, Backdoor, Honest, Sybil, add_trigger, attack_success_rate, make_attack
+from client._attacks.live import splice_head
 from server.strategies.trusted_score import cosine
 from sim.controlled import Workbench
 
@@ -97,9 +98,7 @@ class Adversary:
                 raise ValueError(
                     f"{bench.bundle.manifest.name} has no output layer (classes x features) to keep"
                 )
-            # the output layer as the clean batch moved it, and the clean batch's labels
-            pushed = np.array(pushed, copy=True)
-            pushed[head[0]], pushed[head[1]], y = clean[head[0]], clean[head[1]], clean_y
+            pushed, y = splice_head(pushed, clean, head), clean_y  # the clean batch's output layer and labels
         if self.claim is not None and params is not None:
             if self.committed is None or self.claim == "push":
                 self.committed = self.claimed(bench, params, pushed)

@@ -15,7 +15,7 @@ import numpy as np
 
 from .base import Attack
 
-__all__ = ["honest_rows", "with_clean_head"]
+__all__ = ["honest_rows", "splice_head", "with_clean_head"]
 
 
 class _Data(Protocol):
@@ -57,7 +57,11 @@ def with_clean_head(
 ) -> np.ndarray:
     """``pushed`` with its output layer (``Manifest.head``) replaced by the clean batch's: what a backdoor
     that keeps the output layer honest sends (``Backdoor.honest_head``; the simulator's: sim/adversary.py)."""
-    kept = session.loss_and_gradient(params, *clean)[1]
+    return splice_head(pushed, session.loss_and_gradient(params, *clean)[1], head)
+
+
+def splice_head(pushed: np.ndarray, kept: np.ndarray, head: tuple[slice, slice]) -> np.ndarray:
+    """A copy of ``pushed`` with ``kept``'s output-layer weight and bias (``head``: ``Manifest.head``)."""
     pushed = np.array(pushed, copy=True)
     pushed[head[0]], pushed[head[1]] = kept[head[0]], kept[head[1]]
     return pushed

@@ -57,13 +57,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # and the rate shrinking from a median staleness of 5 instead of 10: the seventh search's
     # candidates, with the MLP at twice its rate (on 20 devices τ̄ stays under 5, so only a small fleet
     # takes the higher rate, which a 30x spread wanted; 100 devices collapsed at 2x with 10)
-    **{
-        f"fedbuff-equal-ccap6-ref{r}": (
-            "fedbuff-equal",
-            {"concurrency_reference": float(r), "cap_reference": 6.0},
-        )
-        for r in (5,)
-    },
+    "fedbuff-equal-ccap6-ref5": ("fedbuff-equal", {"concurrency_reference": 5.0, "cap_reference": 6.0}),
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))

@@ -101,10 +101,7 @@ def wrap(
     ``reference``, the trusted gradient port, goes to the wrappers that score against it (trusted-score,
     label-check)."""
     for config in wrappers:
-        uses = WRAPPERS[config.name] is TrustedScore or getattr(
-            WRAPPERS[config.name], "uses_reference", False
-        )
-        extra = {"reference": reference} if uses else {}
+        extra = {"reference": reference} if getattr(WRAPPERS[config.name], "uses_reference", False) else {}
         strategy = WRAPPERS[config.name](strategy, **config.kwargs(), **extra)
     return strategy
 

@@ -6,7 +6,7 @@ averaged over the batch, where ∂b_c = mean p_c − freq_c:
 - **The claim** (exact): mean p_c lies in [0, 1], so an honest push has −∂b_c ≤ freq_c for every class.
   A push that says it left out labels its batch held breaks it, whatever its size or direction; an
   attacker that lied about its labels to a label-reading defence (sim/adversary.py ``claim``) is caught
-  on 90-95% of its pushes (lab/probes/backdoor_rows.py), an honest device never.
+  on more than 90% of its pushes (lab/probes/backdoor_rows.py), an honest device never.
 - **The rows**: for each class making up at least ``share`` of the claim, the cosine of the push's row
   W_c with the same row of the trusted gradient on the claimed mix (Σ_c freq_c g_s(c)). Honest rows pull
   W_c toward the features of class c; a backdoor's batch, its triggered digits relabelled to the target,
@@ -30,6 +30,7 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
+from server.strategies.trusted_score import TrustedScore
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 
@@ -48,6 +49,9 @@ class LabelCheckSettings(WrapperSettings):
         0.2, gt=0, le=1, description="the rows tested: classes making up at least this of a claim"
     )
     tolerance: float = Field(1e-4, ge=0, description="the claim test's slack for rounding")
+
+
+remembered = TrustedScore.remembered  # a device's standing: the exponential average of its last scores
 
 
 class LabelCheck(StrategyWrapper):
@@ -104,12 +108,6 @@ class LabelCheck(StrategyWrapper):
         ]
         return min(cosines)
 
-    def remembered(self, device: str, score: float) -> float:
-        previous = self.standing.get(device, score)
-        standing = score if not self.memory else previous + (score - previous) * 2 / (self.memory + 1)
-        self.standing[device] = standing
-        return standing
-
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
         head = None if self.reference is None else self.reference.head()
@@ -123,7 +121,10 @@ class LabelCheck(StrategyWrapper):
             return self._drop(arrival)
         if self.threshold is not None:
             score = self.rows_score(arrival.base_version + arrival.staleness, weight, freq, head[0])
-            if score is not None and self.remembered(arrival.device_id, score) < self.threshold:
+            standing = (
+                None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
+            )
+            if standing is not None and standing < self.threshold:
                 self.row_drops += 1
                 return self._drop(arrival)
         return self.inner.receive(arrival)

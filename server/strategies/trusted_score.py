@@ -144,6 +144,7 @@ class TrustedScoreSettings(WrapperSettings):
 
 class TrustedScore(StrategyWrapper):
     settings = TrustedScoreSettings
+    uses_reference = True  # server/strategies/__init__.py ``wrap`` gives it the trusted gradient port
 
     def __init__(
         self,
