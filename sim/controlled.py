@@ -170,7 +170,7 @@ def run_controlled(bench: Workbench, config: RunConfig) -> RunResult:
     result = RunResult()
 
     def evaluate(version: int) -> None:
-        accuracy, loss, recall = bench.evaluate(core.run.params, config.recall_class)
+        accuracy, loss, recall = bench.evaluate(core.run.served(), config.recall_class)
         result.updates.append(version)
         result.accuracy.append(accuracy)
         result.loss.append(loss)

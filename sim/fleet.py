@@ -145,7 +145,7 @@ class FleetSimulator:
 
     def _evaluate(self) -> None:
         t0 = time.perf_counter()
-        accuracy = self.bench.evaluate(self.core.run.params, None)[0] if self.do_evaluate else math.nan
+        accuracy = self.bench.evaluate(self.core.run.served(), None)[0] if self.do_evaluate else math.nan
         self.eval_time += time.perf_counter() - t0
         self.result.times.append(self.queue.now)
         self.result.updates.append(self.core.run.version)

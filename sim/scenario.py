@@ -119,7 +119,7 @@ def run_scenario(
         cpu0 = time.process_time()
         result = sim.run(max_gradients=scenario.gradients)
         cpu = time.process_time() - cpu0
-        final = bench.evaluate(sim.core.run.params, None)[0]
+        final = bench.evaluate(sim.core.run.served(), None)[0]
     finally:
         gradient_backend.close()  # counts the gradients computed for pushes that never came
     stats = gradient_backend.stats.as_dict()

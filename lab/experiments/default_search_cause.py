@@ -69,7 +69,7 @@ def recording_fleet(
 
     def evaluate_with_recall() -> None:
         evaluate()
-        recall = bench.evaluator.per_class_recall(sim.core.run.params)
+        recall = bench.evaluator.per_class_recall(sim.core.run.served())
         recorder.recall.append([round(float(r), 3) for r in recall])
 
     sim._evaluate = evaluate_with_recall

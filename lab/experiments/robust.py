@@ -214,7 +214,7 @@ def simulate(run: Run) -> dict[str, Any]:
                 counted[key] = value
     backdoor = None
     if run.attack in BACKDOORS and attack is not None:
-        backdoor = backdoor_success(bench, sim.core.run.params, attack.attack)  # type: ignore[arg-type]
+        backdoor = backdoor_success(bench, sim.core.run.served(), attack.attack)  # type: ignore[arg-type]
     return {
         "run": asdict(run),
         "attackers": run.attackers,

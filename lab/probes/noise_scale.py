@@ -36,11 +36,21 @@ PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this worker fir
 class NoiseScale(StrategyWrapper):
     """The inner strategy's rate × ``gain``·ρ̂ (``gain`` 0: the rate as set, the signal recorded only)."""
 
-    def __init__(self, inner: Strategy, *, gain: float = 0.0, beta: float = 0.9, floor: float = 0.25) -> None:
+    def __init__(
+        self, inner: Strategy, *, gain: float = 0.0, beta: float = 0.9, floor: float = 0.25, ema: float = 0.0
+    ) -> None:
         super().__init__(inner)
-        self.gain, self.beta, self.floor = gain, beta, floor
+        self.gain, self.beta, self.floor, self.ema = gain, beta, floor, ema
         self.signal = self.total = 0.0
         self.ratios: list[float] = []
+        self.averaged: np.ndarray | None = None  # the parameters' moving average (``ema`` > 0), served
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        new = self.scaled(params)
+        if self.ema:
+            base = params if self.averaged is None else self.averaged
+            self.averaged = (self.ema * base + (1 - self.ema) * new).astype(np.float32)
+        return new
 
     def observe(self) -> None:
         """Fold this buffer's |G|² estimate and its mean's square into the moving averages."""
@@ -57,7 +67,7 @@ class NoiseScale(StrategyWrapper):
     def ratio(self) -> float:
         return min(1.0, max(0.0, self.signal / self.total)) if self.total > 0 else 1.0
 
-    def aggregate(self, params: np.ndarray) -> np.ndarray:
+    def scaled(self, params: np.ndarray) -> np.ndarray:
         self.observe()
         if not self.gain:
             return self.inner.aggregate(params)
@@ -82,10 +92,35 @@ def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
     def build(arm: str, lr: float) -> Strategy:
         gain = float(values[0]) if kind == "snr" else 0.0
         beta = float(values[1]) if kind == "snr" and len(values) > 1 else 0.9
-        built.append(NoiseScale(plain(arm, lr), gain=gain, beta=beta))
+        ema = float(values[0]) if kind == "ema" else 0.0
+        built.append(NoiseScale(plain(arm, lr), gain=gain, beta=beta, ema=ema))
         return built[-1]
 
     search.build = build  # type: ignore[assignment]  # this worker process only
+    if kind == "ema":  # evaluate the parameters' moving average, as a server serving it would
+        import lab.experiments.default_search_cause as cause
+
+        fleet = PLAIN.setdefault("fleet", cause.recording_fleet)
+
+        def serving_fleet(*args: Any, **kwargs: Any) -> Any:
+            sim = fleet(*args, **kwargs)
+            evaluate = sim._evaluate
+
+            def evaluate_average() -> None:
+                average = built[-1].averaged if built else None
+                if average is None:
+                    return evaluate()
+                run = sim.core.run
+                params, run.params = run.params, average
+                try:
+                    evaluate()
+                finally:
+                    run.params = params
+
+            sim._evaluate = evaluate_average
+            return sim
+
+        cause.recording_fleet = serving_fleet  # type: ignore[assignment]
     rates = search.MODEL_RATES
     arm = search.arm_for(ARM, rates, model)
     output = search.simulate(search.Run(arm, search.rate_for(rates, model) * factor, name, seed=seed))

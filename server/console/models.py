@@ -138,11 +138,12 @@ async def graph(
     """``infer``: the model to ship in an app, one runnable ONNX file with ``version``'s weights inside
     (the head's by default), as the API's ``inference.onnx`` (the bare inference graph takes the
     weights as inputs); ``train``: the gradient graph devices run."""
-    catalog = coordinator_of(request).catalog
+    coordinator = coordinator_of(request)
+    catalog = coordinator.catalog
 
     def read() -> tuple[str, bytes]:
         if which == "infer":
-            exported, data = export_inference(catalog, model_id, version)
+            exported, data, _ = export_inference(catalog, model_id, version, coordinator.snapshot())
             return f"{model_id}-v{exported}.onnx", data
         return f"{model_id}-{which}.onnx", catalog.graph(model_id, which)
 

@@ -399,4 +399,7 @@ class Coordinator(Granting, Steering):
     def snapshot(self) -> Snapshot | None:
         with self._lock:
             run = self.run
-            return None if run is None else Snapshot(run.model_id, run.version, run.params.copy())
+            if run is None:
+                return None
+            served = run.served()
+            return Snapshot(run.model_id, run.version, served.copy(), averaged=served is not run.params)

@@ -11,6 +11,7 @@ from onnx import numpy_helper
 
 from fleet_protocol import Manifest
 from server.core.catalog import Catalog
+from server.core.types import Snapshot
 
 
 def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> bytes:
@@ -30,9 +31,20 @@ def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> b
     return model.SerializeToString()
 
 
-def export_inference(catalog: Catalog, model_id: str, version: int | None = None) -> tuple[int, bytes]:
-    """(version, ONNX bytes): the inference graph with that version's weights (default: the head's)
-    inside. NotFound for an unknown model or version, Gone past retention."""
+def export_inference(
+    catalog: Catalog, model_id: str, version: int | None = None, served: Snapshot | None = None
+) -> tuple[int, bytes, bool]:
+    """(version, ONNX bytes, averaged): the inference graph with that version's weights (default: the
+    head's) inside. ``served``, the coordinator's snapshot: at its version the served parameters go in,
+    the strategy's average when it keeps one (``averaged``: not a version's own, so not immutable; older
+    versions are exported as trained). NotFound for an unknown model or version, Gone past retention."""
     version = catalog.record(model_id).current_version if version is None else version
-    params = catalog.params(model_id, version)
-    return version, bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params)
+    averaged = (
+        served is not None and served.averaged and (served.model_id, served.version) == (model_id, version)
+    )
+    params = served.params if averaged and served is not None else catalog.params(model_id, version)
+    return (
+        version,
+        bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params),
+        averaged,
+    )

@@ -145,6 +145,10 @@ class Strategy(Protocol):
         """The new parameters from what was buffered, as a new array; empties the buffer."""
         ...
 
+    def serving(self, params: np.ndarray) -> np.ndarray:
+        """The parameters to serve (evaluate, export for inference) while the model holds ``params``."""
+        ...
+
     def describe(self) -> dict[str, Any]:
         """Current figures worth showing (τ_thres, counters)."""
         ...

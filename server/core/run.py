@@ -28,6 +28,11 @@ class TrainingRun:
     # the head a promotion made (0: none did): older versions and other models' tasks are refused
     floor: int = 0
 
+    def served(self) -> np.ndarray:
+        """The parameters served (evaluated, exported for inference): the newest, or the strategy's
+        average of them (``Strategy.serving``); devices train the newest either way."""
+        return self.strategy.serving(self.params)
+
 
 def same_kind(a: Strategy, b: Strategy) -> bool:
     """Whether two strategies are the same classes all the way down their wrappers (a state fits both)."""

@@ -47,8 +47,10 @@ class TaskResult:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent copy of the training model at one version (for evaluation and inference export)."""
+    """A consistent copy of the model served at one version (for evaluation and inference export): its
+    parameters are the strategy's average of the versions when ``averaged`` (``Strategy.serving``)."""
 
     model_id: str
     version: int
     params: np.ndarray
+    averaged: bool = False

@@ -34,6 +34,7 @@ from server.strategies.mapa import MAPA
 from server.strategies.norm_noise import NormNoise
 from server.strategies.robust_aggregation import RobustAggregation
 from server.strategies.sasgd import SASGD
+from server.strategies.serving_average import ServingAverage
 from server.strategies.sign_vote import SignVote
 from server.strategies.ssgd import SSGD
 from server.strategies.trusted_score import TrustedScore
@@ -54,6 +55,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
+    + (ServingAverage,)
     + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote, LabelCheck)  # issue 30's defences
 }
 

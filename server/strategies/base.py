@@ -154,6 +154,11 @@ class Strategy(StrategyPort):
         self.steps_capped += 1
         return params + step * np.float32(limit / size)
 
+    def serving(self, params: np.ndarray) -> np.ndarray:
+        """The parameters to serve (evaluate, export for inference) while the model holds ``params``: those
+        themselves, unless a wrapper keeps an average of them (server/strategies/serving_average.py)."""
+        return params
+
     def coefficients(self) -> np.ndarray:
         """c_i with ``combine`` = Σ c_i G_i over the buffer (float64): what a defence that replaces the
         combination needs (server/strategies/direction.py). A strategy overriding ``combine`` overrides

@@ -26,6 +26,7 @@ from pydantic import Field
 from server.strategies.base import Strategy, StrategySettings
 from server.strategies.fairness import ConcurrencyScale, EqualShare
 from server.strategies.fedbuff import FedBuff
+from server.strategies.serving_average import ServingAverage
 from server.strategies.wrappers import ClipNorm, WarmUp
 
 
@@ -47,6 +48,13 @@ class FedBuffEqualSettings(StrategySettings):
     cap_reference: float | None = Field(
         6.0, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
     )
+    serving_average: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="serve a moving average of the versions, keeping this share of it at each update"
+        " (unset: serve the newest)",
+    )
 
 
 class FedBuffEqual(EqualShare):
@@ -65,10 +73,13 @@ class FedBuffEqual(EqualShare):
         share_window: int = 200,
         concurrency_reference: float | None = 10.0,
         cap_reference: float | None = 6.0,
+        serving_average: float | None = None,
     ) -> None:
         inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
         warmed: Strategy = WarmUp(clipped, gradients=warmup_gradients)
         if concurrency_reference is not None:
             warmed = ConcurrencyScale(warmed, reference=concurrency_reference, cap_reference=cap_reference)
+        if serving_average is not None:
+            warmed = ServingAverage(warmed, decay=serving_average)
         super().__init__(warmed, window=share_window)

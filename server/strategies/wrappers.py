@@ -112,6 +112,9 @@ class StrategyWrapper(Strategy):
     def aggregate(self, params: np.ndarray) -> np.ndarray:
         return self.inner.aggregate(params)
 
+    def serving(self, params: np.ndarray) -> np.ndarray:
+        return self.inner.serving(params)
+
     def describe(self) -> dict[str, Any]:
         """The inner strategy's figures under this strategy's name (a named composition such as
         DynSGDClip reports itself, not the strategy it wraps)."""

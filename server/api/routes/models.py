@@ -144,15 +144,19 @@ async def params(
 async def inference_model(
     model_id: ModelId, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0, le=MAX_VERSION)
 ) -> Response:
-    """The model at ``version`` (default: the newest) as one ONNX file with its weights inside.
+    """The model at ``version`` (default: the newest) as one ONNX file with its weights inside. The newest
+    is the model served: with a ``serving-average`` strategy (the default's) the average of the last
+    versions, which the next update changes, so it is not cached (``no-cache``); older versions as trained.
 
     Every storage read and the baking run in the thread pool: nothing here blocks the event loop."""
-    version, data = await run_in_threadpool(export_inference, coordinator.catalog, model_id, version)
+    version, data, averaged = await run_in_threadpool(
+        lambda: export_inference(coordinator.catalog, model_id, version, coordinator.snapshot())
+    )
     return Response(
         data,
         media_type=OCTET,
         headers={
             "Content-Disposition": f'attachment; filename="{model_id}-v{version}.onnx"',
-            "Cache-Control": IMMUTABLE,
+            "Cache-Control": "no-cache" if averaged else IMMUTABLE,
         },
     )
