@@ -7,7 +7,20 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["DeviceData", "FileFedData"]
+from ._exceptions import WorkerError
+
+__all__ = ["DeviceData", "FileFedData", "fit_input"]
+
+
+def fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
+    """Reshape local examples to the model's input shape (e.g. (1, 28, 28) to (784,))."""
+    if x.shape[1:] == tuple(input_shape):
+        return x
+    if int(np.prod(x.shape[1:])) != int(np.prod(input_shape)):
+        raise WorkerError(
+            f"local examples of shape {x.shape[1:]} do not fit model input {tuple(input_shape)}"
+        )
+    return x.reshape((len(x), *input_shape))
 
 
 class DeviceData:

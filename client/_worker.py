@@ -15,8 +15,8 @@ import numpy as np
 from fleet_protocol import Manifest
 
 from ._attacks import make_attack
-from ._attacks.live import honest_rows, with_clean_head
-from ._data import DeviceData, label_counts
+from ._attacks.live import attacked
+from ._data import DeviceData, fit_input, label_counts
 from ._dp_wire import ask_fields, is_private, push_meta, scaled_counts
 from ._energy import EnergyMeter, default_energy_meter
 from ._exceptions import (
@@ -163,7 +163,7 @@ class Worker:
             x, y = self.data.batch(grant.batch_size, self._rng)
             clean = self._clean_batch(x, y, manifest)
             x, y = (x, y) if self._attack is None else self._attack.batch(x, y, manifest.num_classes)
-            x = _fit_input(x, manifest.input_shape)
+            x = fit_input(x, manifest.input_shape)
             batch_counts = label_counts(y if clean is None else clean[1], manifest.num_classes)
         else:  # plain local SGD (a strategy's terms, no DP) reports the local label mix scaled to B
             dp_session = self._dp_session(grant, manifest)
@@ -178,7 +178,7 @@ class Worker:
             loss, gradient = session.loss_and_gradient(params, x, y)
             examples = len(y)  # <= the grant: a device with 2 drawings computes 2 examples, not 1,000
         else:
-            x_all = _fit_input(self.data.x, manifest.input_shape)
+            x_all = fit_input(self.data.x, manifest.input_shape)
             try:
                 step = private_step(dp, dp_session, params, x_all, self.data.y)
             except (ValueError, TypeError, KeyError, ArithmeticError, AssertionError) as exc:
@@ -249,20 +249,15 @@ class Worker:
         self, gradient: np.ndarray, session: GradientComputer, params: np.ndarray, grant: TaskGrant,
         manifest: Manifest, clean: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:  # fmt: skip
-        """What an attacker pushes instead of ``gradient`` (measured as any phone's: the attack is untimed);
-        ALIE and IPM estimate the honest spread from own batches (_attacks/live.py); with ``clean``, the
-        output layer is the clean batch's (``Backdoor.honest_head``). Honest: ``gradient``."""
+        """What an attacker pushes instead of ``gradient`` (measured as any phone's: the attack is untimed;
+        _attacks/live.py). Honest: ``gradient``."""
         if self._attack is None:
             return gradient
-        honest = honest_rows(
+        return attacked(
             self._attack, gradient, session=session, params=params, data=self.data,
             batch_size=grant.batch_size, rng=self._attack_rng,
-            fit=lambda x: _fit_input(x, manifest.input_shape),
+            fit=lambda x: fit_input(x, manifest.input_shape), clean=clean, head=manifest.head(),
         )  # fmt: skip
-        pushed = self._attack.gradient(gradient, honest)
-        if clean is None or (head := manifest.head()) is None:
-            return pushed
-        return with_clean_head(pushed, session=session, params=params, clean=clean, head=head)
 
     def _clean_batch(
         self, x: np.ndarray, y: np.ndarray, manifest: Manifest
@@ -272,7 +267,7 @@ class Worker:
             return None
         if manifest.head() is None:
             raise WorkerError(f"{manifest.name} has no output layer (classes × features) to keep honest")
-        return _fit_input(x, manifest.input_shape), y
+        return fit_input(x, manifest.input_shape), y
 
     def _decline(self, grant: TaskGrant, exc: TaskDeclined) -> TaskDeclined:
         """Give ``grant`` back with ``exc``'s reason, so the coordinator ends its lease and records why; a
@@ -391,17 +386,6 @@ class Worker:
         doublings = min(max(0, attempt - 1), 60)  # bounded: 2.0 ** 1024 overflowed after 1025 declines
         delay = min(self.config.backoff_max, self.config.backoff_initial * 2.0**doublings)
         return float(self._jitter.uniform(delay / 2.0, delay))
-
-
-def _fit_input(x: np.ndarray, input_shape: tuple[int, ...]) -> np.ndarray:
-    """Reshape local examples to the model's input shape (e.g. (1, 28, 28) to (784,))."""
-    if x.shape[1:] == tuple(input_shape):
-        return x
-    if int(np.prod(x.shape[1:])) != int(np.prod(input_shape)):
-        raise WorkerError(
-            f"local examples of shape {x.shape[1:]} do not fit model input {tuple(input_shape)}"
-        )
-    return x.reshape((len(x), *input_shape))
 
 
 def run_worker(

@@ -15,7 +15,7 @@ import numpy as np
 
 from .base import Attack
 
-__all__ = ["honest_rows", "splice_head", "with_clean_head"]
+__all__ = ["attacked", "honest_rows", "splice_head", "with_clean_head"]
 
 
 class _Data(Protocol):
@@ -26,6 +26,31 @@ class _Gradients(Protocol):
     def loss_and_gradient(
         self, params: np.ndarray, x: np.ndarray, y: np.ndarray
     ) -> tuple[float, np.ndarray]: ...
+
+
+def attacked(
+    attack: Attack,
+    gradient: np.ndarray,
+    *,
+    session: _Gradients,
+    params: np.ndarray,
+    data: _Data,
+    batch_size: int,
+    rng: np.random.Generator,
+    fit: Callable[[np.ndarray], np.ndarray],
+    clean: tuple[np.ndarray, np.ndarray] | None = None,
+    head: tuple[slice, slice] | None = None,
+) -> np.ndarray:
+    """What an attacking device pushes instead of ``gradient``: ALIE and IPM estimate the honest spread from
+    its own batches (``honest_rows``); with ``clean`` and ``head``, the output layer is the clean batch's
+    (``Backdoor.honest_head``)."""
+    honest = honest_rows(
+        attack, gradient, session=session, params=params, data=data, batch_size=batch_size, rng=rng, fit=fit
+    )
+    pushed = attack.gradient(gradient, honest)
+    if clean is None or head is None:
+        return pushed
+    return with_clean_head(pushed, session=session, params=params, clean=clean, head=head)
 
 
 def honest_rows(
