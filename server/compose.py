@@ -105,6 +105,10 @@ class TrustedGradient:
         self.y = np.asarray(y, dtype=np.int64)
         self.coordinator = coordinator
         self.sessions: dict[str, Any] = {}
+        # the gradients at the version the model holds, by label (None: all samples): trusted-score and
+        # label-check each ask for them once a version, so the second asks for what the first computed
+        self._at: tuple[str, int] | None = None
+        self._computed: dict[int | None, np.ndarray] = {}
 
     @classmethod
     def from_file(cls, path: str, samples: int) -> TrustedGradient:
@@ -123,8 +127,14 @@ class TrustedGradient:
 
             train_onnx = self.coordinator.catalog.graph(run.model_id, "train")  # type: ignore[union-attr]
             session = self.sessions[run.model_id] = GradientSession(run.manifest, train_onnx)
-        x = self.x[rows].reshape((-1, *run.manifest.input_shape))
-        return session.loss_and_gradient(run.params, x, self.y[rows])[1]
+        if self._at != (run.model_id, run.version):
+            self._at, self._computed = (run.model_id, run.version), {}
+        if label not in self._computed:
+            x = self.x[rows].reshape((-1, *run.manifest.input_shape))
+            computed = session.loss_and_gradient(run.params, x, self.y[rows])[1]
+            computed.setflags(write=False)  # shared by every caller at this version
+            self._computed[label] = computed
+        return self._computed[label]
 
     def head(self) -> tuple[slice, slice] | None:
         run = None if self.coordinator is None else self.coordinator.run

@@ -466,3 +466,24 @@ def test_fltrust_veto_drops_a_device_pointing_away_from_the_whole_reference_what
     assert restored.whole_standing == pytest.approx(veto.whole_standing) and restored.vetoed == 4
     with pytest.raises(ValueError):
         TrustedScoreSettings(veto=-0.1)
+
+
+def test_the_trusted_gradient_is_computed_once_a_version_and_shared_read_only():
+    """trusted-score and label-check both ask for it each version: the second gets the first's."""
+    from types import SimpleNamespace
+
+    from models.manifest import builtin
+    from server.compose import TrustedGradient
+
+    bundle = builtin("logreg")
+    rng = np.random.default_rng(0)
+    port = TrustedGradient(rng.random((20, 784), dtype=np.float32), np.arange(20) % 10)
+    run = SimpleNamespace(model_id="m", version=1, params=bundle.init_params, manifest=bundle.manifest)
+    port.coordinator = SimpleNamespace(run=run, catalog=SimpleNamespace(graph=lambda *_: bundle.train_onnx))
+    first = port.gradient()
+    assert port.gradient() is first and port.gradient(3) is port.gradient(3) is not first
+    with pytest.raises(ValueError):
+        first[0] = 1.0  # shared: no caller may change it
+    run.version, run.params = 2, bundle.init_params + 0.01
+    moved = port.gradient()
+    assert moved is not first and not np.allclose(moved, first)
