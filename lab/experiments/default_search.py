@@ -255,7 +255,9 @@ def judge(outputs: dict[tuple[str, float], Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchPlan(Plan):
-    choice: tuple[str, ...] = CHOICE
+    # the eighth search chose on the first 30 of the 45 seen workloads, in CHOICE's fixed order: all 45 and
+    # the held-back half on three seeds would have taken over three hours on this machine's two cores
+    choice: tuple[str, ...] = CHOICE[:30]
     held_back: tuple[str, ...] = HELD_BACK
     baselines: tuple[tuple[str, float], ...] = BASELINES
     candidates: tuple[tuple[str, Rates], ...] = CANDIDATES
