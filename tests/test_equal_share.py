@@ -165,5 +165,5 @@ def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one(
     for _ in range(200):
         strategy.receive(stale("a", 200))
     assert strategy.describe()["concurrency_factor"] == pytest.approx(
-        0.05
-    )  # reference 10 over a median staleness of 200
+        0.025
+    )  # reference 5 over a median staleness of 200

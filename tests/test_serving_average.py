@@ -57,8 +57,8 @@ def test_the_average_survives_persistence():
 
 
 def test_the_default_strategy_takes_it_as_a_setting_and_the_settings_as_a_wrapper():
-    averaged = FedBuffEqual(serving_average=0.9)
-    plain = FedBuffEqual()
+    averaged = FedBuffEqual()  # the default serves an average
+    plain = FedBuffEqual(serving_average=None)
     params = np.ones(4, np.float32)
     for _ in range(5):
         averaged.receive(arrival([1.0, 0.0, 0.0, 0.0]))

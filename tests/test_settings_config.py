@@ -25,6 +25,7 @@ from server.strategies import (
     WarmUp,
     make_strategy,
 )
+from server.strategies.serving_average import ServingAverage
 from tests.test_no_torch import run_isolated
 
 
@@ -79,13 +80,16 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
         "clip_factor": 2.0,
         "warmup_gradients": 200,
         "share_window": 200,
-        "concurrency_reference": 10.0,
+        "concurrency_reference": 5.0,
         "cap_reference": 6.0,
+        "serving_average": 0.9,
     }
     built = build_strategy(default)
     assert type(built) is FedBuffEqual and built.learning_rate == 0.3 and built.k == 5
-    crowd = built.inner
-    assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 10.0 and crowd.power == 1.0
+    served = built.inner
+    assert isinstance(served, ServingAverage) and served.decay == 0.9
+    crowd = served.inner
+    assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 5.0 and crowd.power == 1.0
     assert crowd.cap_reference == 6.0
     warm_up = crowd.inner
     assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200

@@ -38,26 +38,38 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd-clip": ("dynsgd-clip", {}),  # issue 19's default
     # outliers clipped (2× the median), the rate shrinking past a median staleness of 20: the second
     # search's choice, shipped until the third's
-    "fedbuff-equal": ("fedbuff-equal", {"concurrency_reference": 20.0, "cap_reference": None}),
+    "fedbuff-equal": (
+        "fedbuff-equal",
+        {"concurrency_reference": 20.0, "cap_reference": None, "serving_average": None},
+    ),
     # the first search's choice
-    "fedbuff-equal-fixed": ("fedbuff-equal", {"concurrency_reference": None, "cap_reference": None}),
+    "fedbuff-equal-fixed": (
+        "fedbuff-equal",
+        {"concurrency_reference": None, "cap_reference": None, "serving_average": None},
+    ),
     # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
     # at γ 0.3 the third search's choice, Fleet's default since
-    "fedbuff-equal-ref10": ("fedbuff-equal", {"concurrency_reference": 10.0, "cap_reference": None}),
+    "fedbuff-equal-ref10": (
+        "fedbuff-equal",
+        {"concurrency_reference": 10.0, "cap_reference": None, "serving_average": None},
+    ),
     # and the step cap shrinking as R / τ̄ past a median staleness R: the sixth search's candidates (the
     # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them);
     # R = 6 its choice, Fleet's default since
     **{
         f"fedbuff-equal-ccap{r}": (
             "fedbuff-equal",
-            {"concurrency_reference": 10.0, "cap_reference": float(r)},
+            {"concurrency_reference": 10.0, "cap_reference": float(r), "serving_average": None},
         )
         for r in (4, 6)
     },
     # and the rate shrinking from a median staleness of 5 instead of 10: the seventh search's
     # candidates, with the MLP at twice its rate (on 20 devices τ̄ stays under 5, so only a small fleet
     # takes the higher rate, which a 30x spread wanted; 100 devices collapsed at 2x with 10)
-    "fedbuff-equal-ccap6-ref5": ("fedbuff-equal", {"concurrency_reference": 5.0, "cap_reference": 6.0}),
+    "fedbuff-equal-ccap6-ref5": (
+        "fedbuff-equal",
+        {"concurrency_reference": 5.0, "cap_reference": 6.0, "serving_average": None},
+    ),
     # and serving a moving average of the versions over about ten updates: the eighth search's candidates
     # (lab/probes/noise_scale.py: the MLP at twice its rate, averaged, was as fast as the faster of its two
     # rates on the workloads probed and ended at least as high)
