@@ -96,11 +96,12 @@ def probe(job: tuple[str, str]) -> dict[str, Any]:
     return output
 
 
-def searched_runs() -> dict[str, dict[tuple[str, float], Any]]:
-    """The last default search's runs (docs/results/default-search.json), by workload, then (arm, rate)."""
-    runs: dict[str, dict[tuple[str, float], Any]] = {}
+def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
+    """The last default search's runs (docs/results/default-search.json), by workload, then (arm, rate):
+    one output per seed, which ``judge`` takes together as the search did."""
+    runs: dict[str, dict[tuple[str, float], list[Any]]] = {}
     for o in json.loads(RESULTS.read_text())["runs"]:
-        runs.setdefault(o["run"]["workload"], {})[o["run"]["arm"], o["run"]["lr"]] = o
+        runs.setdefault(o["run"]["workload"], {}).setdefault((o["run"]["arm"], o["run"]["lr"]), []).append(o)
     return runs
 
 

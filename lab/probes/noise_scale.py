@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from server.strategies.base import Strategy
+from server.strategies.serving_average import ServingAverage
 from server.strategies.wrappers import StrategyWrapper
 
 ARM = "fedbuff-equal-ccap6"  # the shipped default, with each model's own rate and cap
@@ -36,21 +37,11 @@ PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this worker fir
 class NoiseScale(StrategyWrapper):
     """The inner strategy's rate × ``gain``·ρ̂ (``gain`` 0: the rate as set, the signal recorded only)."""
 
-    def __init__(
-        self, inner: Strategy, *, gain: float = 0.0, beta: float = 0.9, floor: float = 0.25, ema: float = 0.0
-    ) -> None:
+    def __init__(self, inner: Strategy, *, gain: float = 0.0, beta: float = 0.9, floor: float = 0.25) -> None:
         super().__init__(inner)
-        self.gain, self.beta, self.floor, self.ema = gain, beta, floor, ema
+        self.gain, self.beta, self.floor = gain, beta, floor
         self.signal = self.total = 0.0
         self.ratios: list[float] = []
-        self.averaged: np.ndarray | None = None  # the parameters' moving average (``ema`` > 0), served
-
-    def aggregate(self, params: np.ndarray) -> np.ndarray:
-        new = self.scaled(params)
-        if self.ema:
-            base = params if self.averaged is None else self.averaged
-            self.averaged = (self.ema * base + (1 - self.ema) * new).astype(np.float32)
-        return new
 
     def observe(self) -> None:
         """Fold this buffer's |G|² estimate and its mean's square into the moving averages."""
@@ -67,7 +58,7 @@ class NoiseScale(StrategyWrapper):
     def ratio(self) -> float:
         return min(1.0, max(0.0, self.signal / self.total)) if self.total > 0 else 1.0
 
-    def scaled(self, params: np.ndarray) -> np.ndarray:
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
         self.observe()
         if not self.gain:
             return self.inner.aggregate(params)
@@ -92,35 +83,11 @@ def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
     def build(arm: str, lr: float) -> Strategy:
         gain = float(values[0]) if kind == "snr" else 0.0
         beta = float(values[1]) if kind == "snr" and len(values) > 1 else 0.9
-        ema = float(values[0]) if kind == "ema" else 0.0
-        built.append(NoiseScale(plain(arm, lr), gain=gain, beta=beta, ema=ema))
-        return built[-1]
+        built.append(NoiseScale(plain(arm, lr), gain=gain, beta=beta))
+        # ema-D: the simulator evaluates what the strategy serves (``Strategy.serving``): the average
+        return ServingAverage(built[-1], decay=float(values[0])) if kind == "ema" else built[-1]
 
     search.build = build  # type: ignore[assignment]  # this worker process only
-    if kind == "ema":  # evaluate the parameters' moving average, as a server serving it would
-        import lab.experiments.default_search_cause as cause
-
-        fleet = PLAIN.setdefault("fleet", cause.recording_fleet)
-
-        def serving_fleet(*args: Any, **kwargs: Any) -> Any:
-            sim = fleet(*args, **kwargs)
-            evaluate = sim._evaluate
-
-            def evaluate_average() -> None:
-                average = built[-1].averaged if built else None
-                if average is None:
-                    return evaluate()
-                run = sim.core.run
-                params, run.params = run.params, average
-                try:
-                    evaluate()
-                finally:
-                    run.params = params
-
-            sim._evaluate = evaluate_average
-            return sim
-
-        cause.recording_fleet = serving_fleet  # type: ignore[assignment]
     rates = search.MODEL_RATES
     arm = search.arm_for(ARM, rates, model)
     output = search.simulate(search.Run(arm, search.rate_for(rates, model) * factor, name, seed=seed))
@@ -132,18 +99,9 @@ def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
     return output
 
 
-def searched() -> dict[str, dict[tuple[str, float], Any]]:
-    """The last search's runs by workload, then (arm, rate): a list of outputs, one per seed."""
-    from lab.probes.adaptive_step import RESULTS
-
-    runs: dict[str, dict[tuple[str, float], Any]] = {}
-    for o in json.loads(RESULTS.read_text())["runs"]:
-        runs.setdefault(o["run"]["workload"], {}).setdefault((o["run"]["arm"], o["run"]["lr"]), []).append(o)
-    return runs
-
-
 def main() -> None:
     from lab.experiments.default_search import judge, time_to
+    from lab.probes.adaptive_step import searched_runs
     from sim.workload_halves import SEEN
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -155,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     if unknown := [w for w in args.workloads if w not in set(SEEN)]:
         parser.error(f"not a workload a search has reported on: {unknown}")
-    runs = searched()
+    runs = searched_runs()
     jobs = [
         (w, r, float(f), int(s))
         for w in args.workloads

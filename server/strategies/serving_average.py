@@ -53,8 +53,7 @@ class ServingAverage(StrategyWrapper):
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
         new = self.inner.aggregate(params)
-        fresh = self.averaged is None or self.averaged.shape != params.shape or not self.serves(params)
-        base = params if fresh else self.averaged
+        base = self.averaged if self.averaged is not None and self.serves(params) else params
         self.averaged = (np.float32(self.decay) * base + np.float32(1 - self.decay) * new).astype(np.float32)
         self._last, self.of = new, fingerprint(new)
         return new
@@ -64,7 +63,7 @@ class ServingAverage(StrategyWrapper):
         return params is self._last or (self.of is not None and fingerprint(params) == self.of)
 
     def serving(self, params: np.ndarray) -> np.ndarray:
-        if self.averaged is not None and self.averaged.shape == params.shape and self.serves(params):
+        if self.averaged is not None and self.serves(params):  # equal bytes: the same shape too
             return self.averaged
         return self.inner.serving(params)
 
