@@ -56,6 +56,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self.models_: dict[str, dict[str, Any]] = {}
         self.versions_: dict[tuple[str, int], tuple[bytes, float]] = {}
+        self.served_: dict[tuple[str, int], bytes] = {}
         self.lineage: dict[
             tuple[str, int], tuple[str | None, int | None, str | None]
         ] = {}  # origin, source, note
@@ -118,6 +119,8 @@ class MemoryStore:
             case EvaluationRecorded():
                 record = EvaluationRecord(e.version, e.accuracy, e.loss, e.at)
                 self.evaluations_.setdefault(e.model_id, []).append(record)
+                if e.served is not None and (e.model_id, e.version) in self.versions_:
+                    self.served_[(e.model_id, e.version)] = e.served
             case PushRefused():
                 task = self.tasks[e.task_id]
                 if task["status"] == "open":
@@ -238,6 +241,9 @@ class MemoryStore:
     def version_params(self, model_id: str, version: int) -> bytes | None:
         stored = self.versions_.get((model_id, version))
         return None if stored is None else stored[0]
+
+    def served_params(self, model_id: str, version: int) -> bytes | None:
+        return self.served_.get((model_id, version)) if (model_id, version) in self.versions_ else None
 
     def versions(self, model_id: str) -> list[VersionRecord]:
         retained = sorted((v, at) for (m, v), (_, at) in self.versions_.items() if m == model_id)

@@ -33,12 +33,12 @@ def test_reference_models_hand_back_the_newest_snapshot_old_enough() -> None:
 class _Coordinator:
     def __init__(self) -> None:
         self.recorded: list[tuple[int, float, float | None]] = []
-        self.snap = SimpleNamespace(model_id="m", version=1, params=np.array([1.0]))
+        self.snap = SimpleNamespace(model_id="m", version=1, params=np.array([1.0]), averaged=False)
 
     def snapshot(self) -> SimpleNamespace:
         return self.snap
 
-    def record_evaluation(self, model_id, version, accuracy, loss, reference=None) -> None:  # noqa: ANN001
+    def record_evaluation(self, model_id, version, accuracy, loss, reference=None, served=None) -> None:  # noqa: ANN001
         self.recorded.append((version, accuracy, reference))
 
 
@@ -60,7 +60,7 @@ def test_the_loop_scores_the_older_model_beside_the_newest() -> None:
         for version in range(1, 9):  # a version every simulated second
             clock[0] = float(version)
             coordinator.snap = SimpleNamespace(
-                model_id="m", version=version, params=np.array([float(version)])
+                model_id="m", version=version, params=np.array([float(version)]), averaged=False
             )
             wait_until(lambda v=version: coordinator.recorded and coordinator.recorded[-1][0] == v)
     finally:

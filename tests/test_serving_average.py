@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import onnxruntime as ort
+from alembic import command
+from sqlalchemy import inspect
 
 from models.manifest import builtin
 from server.compose import build_strategy
+from server.core.evaluation_loop import EvaluationLoop
 from server.settings import Settings
 from server.store.codec import decode_state, encode_state
+from server.store.database import make_engine, migrate
 from server.strategies import Arrival, FedBuff, FedBuffEqual
 from server.strategies.serving_average import ServingAverage
+from tests.support.waiting import wait_until
+from tests.test_console_core import alembic_config
 
 
 def arrival(gradient, task: str = "t") -> Arrival:
@@ -92,3 +100,64 @@ def test_the_api_exports_and_evaluates_the_served_average(make_api):
     exported = ort.InferenceSession(head.content, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     expected = reference.run(None, {**bundle.manifest.split(snapshot.params), "x": x})[0]
     np.testing.assert_allclose(exported, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_evaluated_version_keeps_the_average_it_was_scored_as(storage_make_api):
+    """Downloading an evaluated version later gives the model the console recorded (the served
+    average, kept with the version); a version never evaluated is served as trained."""
+    api = storage_make_api(strategy={"name": "fedbuff", "k": 1}, wrappers=["serving-average"])
+    headers = api.enroll()
+    coordinator, run = api.coordinator, api.coordinator.run
+    scored = []
+    loop = EvaluationLoop(
+        coordinator,
+        lambda _m: SimpleNamespace(evaluate=lambda p: scored.append(p.copy()) or (0.5, 1.0)),  # type: ignore[arg-type]
+        every_versions=2, interval_s=1000, poll_s=0.005,
+    )  # fmt: skip
+    loop.start()
+    try:
+        for version in range(1, 5):
+            task = api.task(headers).json()
+            gradient = np.full(run.manifest.num_params, 1e-2)
+            assert api.push(headers, task["task_id"], gradient).status_code == 200
+            if version % 2 == 0:  # the loop scores every second version
+                wait_until(lambda v=version: coordinator.evaluations(run.model_id)[-1]["version"] == v)
+    finally:
+        loop.stop()
+        loop.join(timeout=5)
+    evaluated = [e["version"] for e in coordinator.evaluations(run.model_id)]
+    assert 2 in evaluated and 3 not in evaluated
+    url = f"/v1/models/{run.model_id}/served"
+    kept = api.http.get(url, params={"version": 2})
+    assert kept.headers["fleet-served"] == "average" and "immutable" in kept.headers["cache-control"]
+    np.testing.assert_array_equal(np.frombuffer(kept.content, "<f4"), scored[evaluated.index(2)])
+    assert not np.allclose(np.frombuffer(kept.content, "<f4"), coordinator.catalog.params(run.model_id, 2))
+    trained = api.http.get(url, params={"version": 3})
+    assert trained.headers["fleet-served"] == "trained"
+    np.testing.assert_array_equal(
+        np.frombuffer(trained.content, "<f4"), coordinator.catalog.params(run.model_id, 3)
+    )
+    head = api.http.get(url)
+    assert (head.headers["fleet-version"], head.headers["fleet-served"]) == ("4", "average")
+    assert head.headers["cache-control"] == "no-cache"
+    np.testing.assert_array_equal(np.frombuffer(head.content, "<f4"), coordinator.snapshot().params)
+    # the download of version 2 scores as the kept average does
+    x = np.random.default_rng(1).random((2, 1, 28, 28), dtype=np.float32)
+    bundle = builtin("mnist_cnn")
+    reference = ort.InferenceSession(bundle.infer_onnx, providers=["CPUExecutionProvider"])
+    onnx_file = api.http.get(f"/v1/models/{run.model_id}/inference.onnx", params={"version": 2}).content
+    exported = ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    expected = reference.run(None, {**bundle.manifest.split(np.frombuffer(kept.content, "<f4")), "x": x})[0]
+    np.testing.assert_allclose(exported, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_migration_0013_adds_the_served_column_and_goes_down_again(storage_url):
+    engine = make_engine(storage_url)
+    migrate(engine)
+    with engine.begin() as connection:
+        command.downgrade(alembic_config(connection), "0012")
+        assert "served" not in {c["name"] for c in inspect(connection).get_columns("model_versions")}
+    migrate(engine)
+    with engine.begin() as connection:
+        assert "served" in {c["name"] for c in inspect(connection).get_columns("model_versions")}
+    engine.dispose()

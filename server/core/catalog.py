@@ -156,6 +156,12 @@ class Catalog:
     def params(self, model_id: str, version: int) -> np.ndarray:
         return np.frombuffer(self.params_bytes(model_id, version), dtype="<f4")
 
+    def served_params(self, model_id: str, version: int) -> np.ndarray | None:
+        """The parameters an evaluated version was served (and scored) as, when not its own (None: as
+        trained, or not kept)."""
+        data = self.store.served_params(model_id, version)
+        return None if data is None else np.frombuffer(data, dtype="<f4")
+
     def versions(self, model_id: str) -> list[VersionRecord]:
         """The retained versions, oldest first, with their lineage and notes; NotFound for no model."""
         self.record(model_id)

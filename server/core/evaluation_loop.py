@@ -96,7 +96,12 @@ class EvaluationLoop(threading.Thread):
                 accuracy, loss = self.evaluate(snapshot.model_id, snapshot.params)
                 reference = self.reference(snapshot.model_id, snapshot.params)
                 self.coordinator.record_evaluation(
-                    snapshot.model_id, snapshot.version, accuracy, loss, reference=reference
+                    snapshot.model_id,
+                    snapshot.version,
+                    accuracy,
+                    loss,
+                    reference=reference,
+                    served=snapshot.params if snapshot.averaged else None,
                 )
             except Exception:  # an evaluation failure must never stop training
                 log.exception("evaluation of %s v%d failed", snapshot.model_id, snapshot.version)

@@ -31,18 +31,27 @@ def bake_weights(infer_onnx: bytes, manifest: Manifest, params: np.ndarray) -> b
     return model.SerializeToString()
 
 
+def served_params(
+    catalog: Catalog, model_id: str, version: int | None = None, served: Snapshot | None = None
+) -> tuple[int, np.ndarray, bool]:
+    """(version, parameters, averaged): the model served at ``version`` (default: the head). At the
+    coordinator's snapshot ``served`` that is its parameters (the strategy's average when it keeps one);
+    an evaluated version kept the average it was scored as; any other version is served as trained.
+    NotFound for an unknown model or version, Gone past retention."""
+    version = catalog.record(model_id).current_version if version is None else version
+    if served is not None and (served.model_id, served.version) == (model_id, version):
+        return version, served.params, served.averaged
+    trained = catalog.params(model_id, version)  # NotFound, Gone
+    kept = catalog.served_params(model_id, version)
+    return (version, trained, False) if kept is None else (version, kept, True)
+
+
 def export_inference(
     catalog: Catalog, model_id: str, version: int | None = None, served: Snapshot | None = None
 ) -> tuple[int, bytes, bool]:
-    """(version, ONNX bytes, averaged): the inference graph with that version's weights (default: the
-    head's) inside. ``served``, the coordinator's snapshot: at its version the served parameters go in,
-    the strategy's average when it keeps one (``averaged``: not a version's own, so not immutable; older
-    versions are exported as trained). NotFound for an unknown model or version, Gone past retention."""
-    version = catalog.record(model_id).current_version if version is None else version
-    averaged = (
-        served is not None and served.averaged and (served.model_id, served.version) == (model_id, version)
-    )
-    params = served.params if averaged and served is not None else catalog.params(model_id, version)
+    """(version, ONNX bytes, averaged): the inference graph with the parameters served at that version
+    (``served_params``) inside."""
+    version, params, averaged = served_params(catalog, model_id, version, served)
     return (
         version,
         bake_weights(catalog.graph(model_id, "infer"), catalog.manifest(model_id), params),

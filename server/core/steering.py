@@ -241,10 +241,13 @@ class Steering:
         *,
         stop_rule: bool = True,
         reference: float | None = None,
+        served: np.ndarray | None = None,
     ) -> None:
-        """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule."""
+        """Store an evaluation (through the journal, in order with the pushes) and apply the stop rule;
+        ``served``: the parameters scored, when the strategy serves an average, kept with the version."""
+        data = None if served is None else np.asarray(served, dtype="<f4").tobytes()
         with self._lock:
-            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock(), reference)
+            evaluation = EvaluationRecorded(model_id, version, accuracy, loss, self.clock(), reference, data)
             tickets = [self.journal.record(evaluation)]
             run = self.run
             if run is not None and run.model_id == model_id:

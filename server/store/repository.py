@@ -211,6 +211,11 @@ def get_version(*, session: Session, model_id: str, version: int) -> bytes | Non
     return None if row is None else row.params
 
 
+def get_served(*, session: Session, model_id: str, version: int) -> bytes | None:
+    where = (VersionRow.model_id == model_id, VersionRow.version == version)
+    return session.scalar(select(VersionRow.served).where(*where))
+
+
 def set_model_fields(*, session: Session, model_id: str, **fields: Any) -> None:
     session.execute(update(ModelRow).where(ModelRow.id == model_id).values(**fields))
 
@@ -326,9 +331,14 @@ def add_evaluation(
     loss: float,
     now: float,
     reference: float | None = None,
+    served: bytes | None = None,
 ) -> None:
+    """``served``: the parameters scored when they were not the version's own, kept with the version."""
     fields = {"accuracy": accuracy, "loss": loss, "reference": reference}
     session.add(EvaluationRow(model_id=model_id, version=version, at=now, **fields))
+    if served is not None:  # a no-op once the version is past retention
+        where = (VersionRow.model_id == model_id, VersionRow.version == version)
+        session.execute(update(VersionRow).where(*where).values(served=served))
 
 
 def latest_evaluation(*, session: Session, model_id: str) -> EvaluationRow | None:

@@ -136,6 +136,10 @@ class SqlStore:
         with self.sessions() as session:
             return repo.get_version(session=session, model_id=model_id, version=version)
 
+    def served_params(self, model_id: str, version: int) -> bytes | None:
+        with self.sessions() as session:
+            return repo.get_served(session=session, model_id=model_id, version=version)
+
     def versions(self, model_id: str) -> list[VersionRecord]:
         with self.sessions() as session:
             return lineage.list_versions(session, model_id)

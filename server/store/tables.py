@@ -57,6 +57,9 @@ class VersionRow(Base):
     origin: Mapped[str | None] = mapped_column(String(16), nullable=True)
     source_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     note: Mapped[str | None] = mapped_column(String(500), nullable=True)  # the operator's, plain text
+    # 0013: the parameters served at this version when they are not the trained ones (a serving-average
+    # strategy's average), kept for an evaluated version so its download scores what was recorded
+    served: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True, deferred=True)
 
 
 class TaskRow(Base):

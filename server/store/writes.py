@@ -312,6 +312,7 @@ def _write_one(session: Session, event: Event) -> None:
                 loss=event.loss,
                 now=event.at,
                 reference=event.reference,
+                served=event.served,
             )
         case VersionNoted():
             lineage.write_note(session, event)

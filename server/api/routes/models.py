@@ -13,7 +13,8 @@ from server.api.errors import NOT_FOUND, answer
 from server.api.params import ModelId
 from server.api.schemas import MAX_VERSION, ManifestOut, ModelOut, VersionOut
 from server.core.catalog import ModelInfo
-from server.core.inference_export import export_inference
+from server.core.inference_export import export_inference, served_params
+from server.core.types import Snapshot
 
 router = APIRouter(prefix="/models", tags=["models"])
 OCTET = "application/octet-stream"
@@ -129,6 +130,45 @@ async def params(
     return Response(data, media_type=OCTET, headers=headers)
 
 
+def cache_control(version: int, averaged: bool, snapshot: Snapshot | None) -> str:
+    """The head's average changes with the next version unless it is evaluated: not cached. A kept
+    average and a version as trained never change."""
+    live = averaged and snapshot is not None and snapshot.version == version
+    return "no-cache" if live else IMMUTABLE
+
+
+SERVED_HEADERS = {
+    "Fleet-Version": {"description": "the version served", "schema": {"type": "integer"}},
+    "Fleet-Served": {"description": "average (the strategy's) or trained", "schema": {"type": "string"}},
+}
+
+
+@router.get(
+    "/{model_id}/served",
+    response_class=Response,
+    responses={
+        **binary("the parameters served, raw little-endian float32 in manifest order", SERVED_HEADERS),
+        **NOT_FOUND,
+        **GONE,
+    },
+)
+async def served(
+    model_id: ModelId, coordinator: CoordinatorDep, version: int | None = Query(None, ge=0, le=MAX_VERSION)
+) -> Response:
+    """The parameters of the model served at ``version`` (default: the newest), what *Try the model* runs:
+    with a ``serving-average`` strategy the average of the last versions, not the version's own."""
+    snapshot = await run_in_threadpool(coordinator.snapshot)  # a copy, under the coordinator's lock
+    version, params, averaged = await run_in_threadpool(
+        served_params, coordinator.catalog, model_id, version, snapshot
+    )
+    headers = {
+        "Fleet-Version": str(version),
+        "Fleet-Served": "average" if averaged else "trained",
+        "Cache-Control": cache_control(version, averaged, snapshot),
+    }
+    return Response(np.asarray(params, dtype="<f4").tobytes(), media_type=OCTET, headers=headers)
+
+
 @router.get(
     "/{model_id}/inference.onnx",
     response_class=Response,
@@ -146,17 +186,19 @@ async def inference_model(
 ) -> Response:
     """The model at ``version`` (default: the newest) as one ONNX file with its weights inside. The newest
     is the model served: with a ``serving-average`` strategy (the default's) the average of the last
-    versions, which the next update changes, so it is not cached (``no-cache``); older versions as trained.
+    versions, which the next update changes, so it is not cached (``no-cache``); an evaluated version
+    keeps the average it was scored as, any other older version is exported as trained.
 
     Every storage read and the baking run in the thread pool: nothing here blocks the event loop."""
+    snapshot = await run_in_threadpool(coordinator.snapshot)
     version, data, averaged = await run_in_threadpool(
-        lambda: export_inference(coordinator.catalog, model_id, version, coordinator.snapshot())
+        export_inference, coordinator.catalog, model_id, version, snapshot
     )
     return Response(
         data,
         media_type=OCTET,
         headers={
             "Content-Disposition": f'attachment; filename="{model_id}-v{version}.onnx"',
-            "Cache-Control": "no-cache" if averaged else IMMUTABLE,
+            "Cache-Control": cache_control(version, averaged, snapshot),
         },
     )

@@ -80,12 +80,13 @@ function wireDrawing({ pad, store, trainer, compute }) {
   pad.addEventListener('drawn', () => { if (!$('#try').hidden) ask(); });
 }
 
-/** The probabilities the newest version gives an image: the inference graph, params as inputs. */
+/** The probabilities the model served now gives an image (the strategy's average of the last versions,
+ * when it keeps one, not the newest version's own): the inference graph, params as inputs. */
 async function predict({ trainer, compute }, image) {
   const api = trainer.api;
   const info = await api.activeModel();
   const { manifest } = await trainer.modelFiles(info.model_id);
-  const params = await api.params(`/v1/models/${info.model_id}/versions/${info.current_version}/params`, manifest.num_params);
+  const params = await api.params(`/v1/models/${info.model_id}/served`, manifest.num_params);
   const graph = () => api.bytes(`/v1/models/${info.model_id}/graphs/infer.onnx`);
   const { probs } = await compute.predict({ modelId: info.model_id, manifest, graph, params, x: Float32Array.from(image) });
   return probs;
