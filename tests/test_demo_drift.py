@@ -84,13 +84,19 @@ def test_f1_at_k_of_the_recommender() -> None:
 class _Coordinator:
     def __init__(self) -> None:
         self.recorded: list[tuple[int, float]] = []
-        self.snap = SimpleNamespace(model_id="m", version=3, params=np.zeros(1))
+        self.snap = SimpleNamespace(model_id="m", version=3, params=np.zeros(1), averaged=False)
 
     def snapshot(self) -> SimpleNamespace:
         return self.snap
 
     def record_evaluation(
-        self, model_id: str, version: int, accuracy: float, loss: float, reference: float | None = None
+        self,
+        model_id: str,
+        version: int,
+        accuracy: float,
+        loss: float,
+        reference: float | None = None,
+        served: np.ndarray | None = None,
     ) -> None:
         self.recorded.append((version, accuracy))
 

@@ -31,6 +31,7 @@ STATUSES: dict[tuple[str, str], set[int]] = {
     ("get", "/v1/models/{model_id}/versions"): {200, 404, 422},
     ("get", "/v1/models/{model_id}/versions/{version}/params"): {200, 304, 404, 410, 422},
     ("get", "/v1/models/{model_id}/inference.onnx"): {200, 404, 410, 422},
+    ("get", "/v1/models/{model_id}/served"): {200, 404, 410, 422},
     ("post", "/v1/admin/models"): {201, 413, 422} | ADMIN_AUTH,
     ("post", "/v1/admin/training/pause"): {204, 404} | ADMIN_AUTH,
     ("post", "/v1/admin/training/resume"): {204, 404} | ADMIN_AUTH,
@@ -140,6 +141,7 @@ def test_bundle_upload_documents_its_multipart_part(document):
         ("/v1/models/{model_id}/versions/{version}/params", {"ETag", "Cache-Control"}),
         ("/v1/models/{model_id}/graphs/{graph}.onnx", {"Cache-Control"}),
         ("/v1/models/{model_id}/inference.onnx", {"Cache-Control", "Content-Disposition"}),
+        ("/v1/models/{model_id}/served", {"Cache-Control", "Fleet-Version", "Fleet-Served"}),
     ],
 )
 def test_binary_answers_are_octet_streams_with_their_headers(document, path, headers):

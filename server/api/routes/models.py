@@ -138,6 +138,7 @@ def cache_control(version: int, averaged: bool, snapshot: Snapshot | None) -> st
 
 
 SERVED_HEADERS = {
+    **CACHE_CONTROL,
     "Fleet-Version": {"description": "the version served", "schema": {"type": "integer"}},
     "Fleet-Served": {"description": "average (the strategy's) or trained", "schema": {"type": "string"}},
 }
