@@ -370,6 +370,53 @@ SUITE: tuple[Workload, ...] = (
         split_seed=73,
         gradients=8000,
     ),  # fmt: skip
+    # the ninth held-back half, drawn before any run on it once the eighth had been reported (2026-11-29):
+    # three I-Prof fleets (20 and 1,000 devices: where the eighth's one real slow-down was), 100 devices
+    # shuffled (its other), batch 32 at a 30x spread, logistic regression on 100 devices and on the adjacent
+    # split at a 30x spread, one CNN at batch 32
+    Workload("labels2-mlp-iprof", "labels-2", model="mlp", batch=None, data_seed=74, split_seed=74),
+    Workload("dirichlet10-mlp-iprof", "dirichlet-10", model="mlp", batch=None, data_seed=75, split_seed=75),
+    Workload(
+        "labels4-1000dev-iprof",
+        "labels-4",
+        devices=1000,
+        model="mlp",
+        batch=None,
+        data_seed=76,
+        split_seed=76,
+        gradients=8000,
+    ),  # fmt: skip
+    Workload(
+        "dirichlet0.5-mlp-100dev-shuffled",
+        "dirichlet-0.5",
+        devices=100,
+        model="mlp",
+        speed_order="shuffled",
+        data_seed=77,
+        split_seed=77,
+        gradients=10000,
+    ),  # fmt: skip
+    Workload(
+        "labels2-mlp-batch32-30x",
+        "labels-2",
+        model="mlp",
+        batch=32,
+        speed_spread=30.0,
+        data_seed=78,
+        split_seed=78,
+        gradients=6000,
+    ),  # fmt: skip
+    Workload(
+        "dirichlet0.5-logreg-100dev",
+        "dirichlet-0.5",
+        devices=100,
+        model="logreg",
+        data_seed=79,
+        split_seed=79,
+        gradients=10000,
+    ),  # fmt: skip
+    Workload("labels1-cnn-batch32", "labels-1", batch=32, data_seed=80, split_seed=80, gradients=6000),
+    Workload("adjacent-logreg-30x", "adjacent", model="logreg", speed_spread=30.0, data_seed=81),
 )
 
 

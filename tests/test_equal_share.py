@@ -167,3 +167,49 @@ def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one(
     assert strategy.describe()["concurrency_factor"] == pytest.approx(
         0.025
     )  # reference 5 over a median staleness of 200
+
+
+def sized(batch: int, device: str = "d") -> Arrival:
+    return Arrival("t", device, 0, 0, np.ones(3, np.float32), None, batch, None, 0.0)
+
+
+def test_sample_weight_weighs_by_the_batch_and_changes_nothing_when_batches_are_equal():
+    from server.strategies.fairness import SampleWeight
+
+    plain, weighed = FedBuff(learning_rate=0.5, k=4), SampleWeight(FedBuff(learning_rate=0.5, k=4))
+    params = np.zeros(3, np.float32)
+    for strategy in (plain, weighed):
+        for _ in range(4):
+            strategy.receive(sized(37))
+    assert [b.weight for b in weighed.inner.buffer] == [b.weight for b in plain.buffer]  # exactly 1
+    np.testing.assert_array_equal(weighed.aggregate(params), plain.aggregate(params))
+    # unequal: weights in proportion to the batch, their mean 1 over the window (square root: halfway)
+    strategy = SampleWeight(FedBuff(learning_rate=1.0, k=100), window=4)
+    weights = [strategy.receive(sized(b)) for b in (100, 100, 25, 25)]
+    assert weights == [
+        pytest.approx(w) for w in (1.0, 1.0, 25 / 75, 25 / 62.5)
+    ]  # each against the mean so far
+    root = SampleWeight(FedBuff(learning_rate=1.0, k=100), power=0.5, window=4)
+    assert [root.receive(sized(b)) for b in (100, 100, 25, 25)][-1] == pytest.approx((25 / 62.5) ** 0.5)
+
+
+def test_sample_weight_persists_and_is_a_setting_of_the_default():
+    from server.strategies.fairness import SampleWeight
+
+    strategy = SampleWeight(FedBuff(learning_rate=1.0, k=100), window=4)
+    for b in (100, 50, 50):
+        strategy.receive(sized(b))
+    restored = SampleWeight(FedBuff(learning_rate=1.0, k=100), window=4)
+    restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
+    assert restored.receive(sized(100)) == pytest.approx(strategy.receive(sized(100)))
+    assert any(
+        isinstance(layer, SampleWeight)
+        for layer in _layers(make_strategy("fedbuff-equal", sample_weight=1.0))
+    )
+    assert not any(isinstance(layer, SampleWeight) for layer in _layers(make_strategy("fedbuff-equal")))
+
+
+def _layers(strategy):
+    while hasattr(strategy, "inner"):
+        yield strategy
+        strategy = strategy.inner

@@ -17,31 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-import numpy as np
-
-from server.strategies.base import Arrival, Strategy
-from server.strategies.wrappers import StrategyWrapper
+from server.strategies.base import Strategy
+from server.strategies.fairness import SampleWeight
 
 ARM = "fedbuff-equal-ccap6"  # the shipped default, with each model's own rate and cap
 PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this worker first replaced it
-
-
-class SampleWeight(StrategyWrapper):
-    """Weigh each gradient by (its batch / the recent mean batch) ** ``power``."""
-
-    def __init__(self, inner: Strategy, *, power: float = 1.0, window: int = 200) -> None:
-        super().__init__(inner)
-        self.power = power
-        self.batches: deque[int] = deque(maxlen=window)
-
-    def receive(self, arrival: Arrival) -> float:
-        self.batches.append(arrival.batch_size)
-        factor = (arrival.batch_size / float(np.mean(self.batches))) ** self.power
-        return self.receive_scaled(arrival, factor)
 
 
 def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
@@ -84,8 +67,8 @@ def main() -> None:
             outputs = dict(zip(jobs, pool.map(probe, jobs), strict=True))
             judged = judge({cfg: [outputs[(name, *cfg, s)] for s in seeds] for cfg in configs})
             for (rule, factor), run in zip(configs, judged["runs"].values(), strict=True):
-                print(json.dumps({"workload": name, "rule": rule, "factor": factor, "target": judged["target"],
-                                  **run}), flush=True)  # fmt: skip
+                line = {"workload": name, "rule": rule, "factor": factor, "target": judged["target"], **run}
+                print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

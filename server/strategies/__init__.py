@@ -22,7 +22,7 @@ from server.strategies.centered_clip import CenteredClip
 from server.strategies.dynsgd import DynSGD
 from server.strategies.dynsgd_clip import DynSGDClip
 from server.strategies.dynsgd_equal import DynSGDEqual
-from server.strategies.fairness import ConcurrencyScale, EqualShare, FleetStaleness
+from server.strategies.fairness import ConcurrencyScale, EqualShare, FleetStaleness, SampleWeight
 from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
@@ -55,7 +55,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
 WRAPPERS: dict[str, type[StrategyWrapper]] = {
     cls.settings.model_fields["name"].default: cls
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
-    + (ServingAverage,)
+    + (ServingAverage, SampleWeight)
     + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote, LabelCheck)  # issue 30's defences
 }
 

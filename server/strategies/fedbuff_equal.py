@@ -27,7 +27,7 @@ from typing import Literal
 from pydantic import Field
 
 from server.strategies.base import Strategy, StrategySettings
-from server.strategies.fairness import ConcurrencyScale, EqualShare
+from server.strategies.fairness import ConcurrencyScale, EqualShare, SampleWeight
 from server.strategies.fedbuff import FedBuff
 from server.strategies.serving_average import ServingAverage
 from server.strategies.wrappers import ClipNorm, WarmUp
@@ -58,6 +58,12 @@ class FedBuffEqualSettings(StrategySettings):
         description="serve a moving average of the versions, keeping this share of it at each update"
         " (0: serve the newest)",
     )
+    sample_weight: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="weigh each gradient by (its batch / the recent mean batch)^this (unset: equally)",
+    )
 
 
 class FedBuffEqual(EqualShare):
@@ -77,6 +83,7 @@ class FedBuffEqual(EqualShare):
         concurrency_reference: float | None = 5.0,
         cap_reference: float | None = 6.0,
         serving_average: float | None = 0.9,
+        sample_weight: float | None = None,
     ) -> None:
         inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
@@ -85,4 +92,6 @@ class FedBuffEqual(EqualShare):
             warmed = ConcurrencyScale(warmed, reference=concurrency_reference, cap_reference=cap_reference)
         if serving_average is not None:
             warmed = ServingAverage(warmed, decay=serving_average)
+        if sample_weight is not None:
+            warmed = SampleWeight(warmed, power=sample_weight)
         super().__init__(warmed, window=share_window)
