@@ -37,6 +37,8 @@ def test_workload_is_deterministic_and_the_same_for_both_systems(tmp_path):
 def test_arm_specs():
     assert parse_arm("fleet") == FleetArm("fleet")
     assert parse_arm("fleet:x2").rate_factor == 2.0
+    changed = parse_arm("fleet:serving_average=0+k=10")
+    assert changed.settings(0.6) == {"strategy__serving_average": "0", "strategy__k": "10"}
     assert parse_arm("fleet:fedbuff:0.4:k10") == FleetArm("fleet:fedbuff:0.4:k10", "fedbuff", 0.4, 10)
     assert FleetArm("fleet:x0.5", rate_factor=0.5).settings(0.5) == {"learning_rate": 0.25}
     assert FleetArm("fleet").settings(0.5) == {}  # the default arm sets nothing: untuned

@@ -93,7 +93,8 @@ QUICK = Plan(
 
 
 def parse_arm(spec: str) -> Arm:
-    """``fleet`` (the default, untuned), ``fleet:x2`` (the default at 2x its rate), ``fleet:NAME:RATE``
+    """``fleet`` (the default, untuned), ``fleet:x2`` (the default at 2x its rate), ``fleet:FIELD=V+FIELD=V``
+    (the default with some of its settings changed: ``fleet:serving_average=0``), ``fleet:NAME:RATE``
     or ``fleet:NAME:RATE:kK``; ``flower:eE:LR`` (E local epochs, SGD rate LR) in long-lived processes,
     ``flower-deployment:eE:LR`` on the deployment engine, or ``flower-deployment`` alone: at the best
     legacy configuration."""
@@ -104,6 +105,9 @@ def parse_arm(spec: str) -> Arm:
                 return FleetArm(spec)
             if len(parts) == 2 and parts[1].startswith("x"):
                 return FleetArm(spec, rate_factor=float(parts[1][1:]))
+            if len(parts) == 2 and "=" in parts[1]:
+                fields = tuple(tuple(f.split("=", 1)) for f in parts[1].split("+"))
+                return FleetArm(spec, fields=fields)  # type: ignore[arg-type]
             if len(parts) in (3, 4):
                 k = int(parts[3].removeprefix("k")) if len(parts) == 4 else None
                 return FleetArm(spec, strategy=parts[1], learning_rate=float(parts[2]), k=k)

@@ -34,11 +34,13 @@ class FleetArm:
     learning_rate: float | None = None
     k: int | None = None
     rate_factor: float | None = None  # the default strategy at this multiple of its own rate
+    fields: tuple[tuple[str, str], ...] = ()  # the default strategy with these of its settings changed
 
     def settings(self, default_rate: float) -> dict[str, Any]:
         chosen: dict[str, Any] = {"strategy": self.strategy, "learning_rate": self.learning_rate, "k": self.k}
         if self.rate_factor is not None:
             chosen["learning_rate"] = round(default_rate * self.rate_factor, 6)
+        chosen |= {f"strategy__{field}": value for field, value in self.fields}
         return {k: v for k, v in chosen.items() if v is not None}
 
 
@@ -170,7 +172,7 @@ def _result(
         "strategy": strategy.get("strategy"),
         "learning_rate": strategy.get("learning_rate"),
         "k": strategy.get("k"),
-        "settings": {k: v for k, v in vars(arm).items() if k != "label" and v is not None},
+        "settings": {k: v for k, v in vars(arm).items() if k != "label" and v not in (None, ())},
         "duration_s": round(ended - started, 2),
         # (seconds since the devices started, accuracy, loss, model version)
         "curve": [
