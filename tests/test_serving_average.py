@@ -149,6 +149,10 @@ def test_an_evaluated_version_keeps_the_average_it_was_scored_as(storage_make_ap
     exported = ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     expected = reference.run(None, {**bundle.manifest.split(np.frombuffer(kept.content, "<f4")), "x": x})[0]
     np.testing.assert_allclose(exported, expected, rtol=1e-5, atol=1e-6)
+    # promoted, version 2 trains on as it was scored, and the new head's copied evaluation describes it
+    model, head = coordinator.promote(run.model_id, 2, actor="test")
+    np.testing.assert_array_equal(coordinator.catalog.params(model, head), np.frombuffer(kept.content, "<f4"))
+    assert coordinator.evaluations(model)[-1]["version"] == head
 
 
 def test_migration_0013_adds_the_served_column_and_goes_down_again(storage_url):

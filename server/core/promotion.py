@@ -1,11 +1,12 @@
 """Promotion: a retained version's parameters become the head that trains, as a new version on top.
 
-Versions only grow: promoting (model, v) writes v's parameters again as the model's newest version + 1,
-so what devices cached under a version number never changes meaning. The model becomes the active one
-and trains on from there with a fresh strategy (what it had buffered was computed on other
-parameters). Tasks granted before the promotion are refused with 410 (``superseded``): devices treat
-that as a lost task and ask again. A rollback writes the head a promotion replaced the same way, as its
-own kind of head change (server/core/lineage.py: what it undoes, and each version's lineage).
+Versions only grow: promoting (model, v) writes v's parameters (as v was evaluated: its served average,
+when one was kept) again as the model's newest version + 1, so what devices cached under a version number
+never changes meaning. The model becomes the active one and trains on from there with a fresh strategy
+(what it had buffered was computed on other parameters). Tasks granted before the promotion are refused
+with 410 (``superseded``): devices treat that as a lost task and ask again. A rollback writes the head a
+promotion replaced the same way, as its own kind of head change (server/core/lineage.py: what it undoes,
+and each version's lineage).
 """
 
 from __future__ import annotations
@@ -36,8 +37,13 @@ class Candidate:
 
 
 def candidate(catalog: Catalog, model_id: str, version: int, *, retention: int) -> Candidate:
-    """The version to promote: NotFound for an unknown model or version, Gone past retention."""
+    """The version to promote: NotFound for an unknown model or version, Gone past retention. A version
+    evaluated as a served average (``Catalog.served_params``) is taken as it was scored, so the new head
+    is the model its evaluation describes (``_evaluate_new_head`` copies that evaluation)."""
     params = catalog.params_bytes(model_id, version)
+    kept = catalog.served_params(model_id, version)
+    if kept is not None:
+        params = kept.astype("<f4").tobytes()
     record = catalog.record(model_id)
     if 0 < version <= record.current_version - retention:  # still in the cache, no longer in storage
         raise Gone(f"version {version} of {model_id} is past the retention window")
