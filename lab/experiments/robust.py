@@ -81,6 +81,9 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # or a device whose cosine with the whole trusted gradient averages under −0.1 over its last ~100 (seed
     # 1000's logged cosines: 0.0-0.3% of honest pushes fall under it, clean and under sign-flip)
     "fltrust-labels-veto": ({**FLTRUST_LABELS_DEVICE, "veto": 0.1},),
+    # or the output layer and the layers under it each scored, the lower cosine kept (the body probe,
+    # lab/probes/backdoor_rows.py: alie-head's pushes agree as a whole, not below the output layer)
+    "fltrust-labels-parts": ({**FLTRUST_LABELS_DEVICE, "parts": "each"},),
     "norm-noise": ({"name": "norm-noise", "noise": 0.01},),
     # the last, and of what it lets through only the parameters 40% of the devices move (sign-vote's
     # support count: the corner backdoor's weights get no honest gradient)

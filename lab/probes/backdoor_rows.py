@@ -11,6 +11,9 @@ server can check against the labels the push says it trained on (``label_counts`
 - ``rows``: the cosine of each claimed class's row of the last layer's weight gradient with the same row
   of the trusted reference on the claimed mix (Σ_c freq_c g_s(c)): a poisoned batch pulls the target's row
   toward the features of other digits.
+- ``body``: the cosine of the layers under the output layer with the same part of that reference (and
+  ``body_device``, a device's last 10): an attack that keeps the output layer honest (``honest_head``)
+  carries its attack there.
 
 Attackers report either their batch's true labels (``--claim true``: the poisoned batch's, target
 included) or one label for good (``--claim commit``: the lie sim/adversary.py tells label-reading defences).
@@ -42,6 +45,7 @@ class RowRecorder(StrategyWrapper):
         *_, self.weight_name, self.bias_name = (p.name for p in manifest.params)
         self.rows: list[dict[str, Any]] = []
         self.memory: dict[str, list[float]] = {}
+        self.bodies: dict[str, list[float]] = {}
         self.by_label: dict[int, np.ndarray] = {}
         self.version = -1
 
@@ -79,6 +83,12 @@ class RowRecorder(StrategyWrapper):
                 memory = self.memory.setdefault(arrival.device_id, [])
                 memory.append(record["rows_weighted"])
                 record["rows_device"] = float(np.mean(memory[-10:]))
+                # the layers under the head on their own: alie-head keeps the head honest and the rest ALIE
+                body = self.manifest.num_params - rows.size - bias.size
+                record["body"] = _cosine(arrival.gradient[:body], mixed[:body])
+                bodies = self.bodies.setdefault(arrival.device_id, [])
+                bodies.append(record["body"])
+                record["body_device"] = float(np.mean(bodies[-10:]))
                 # the rows of classes not claimed: only pushed down (+p·h) by an honest batch
                 unclaimed = [c for c in range(len(freq)) if freq[c] == 0]
                 record["unclaimed_row_share"] = float(
@@ -140,7 +150,16 @@ def probe(attack: str, claim: str, seed: int, gradients: int, oracle: bool = Fal
             key: [
                 round(float(q), 4) for q in np.quantile([r[key] for r in mine], (0.01, 0.1, 0.5, 0.9, 0.99))
             ]
-            for key in ("bias", "whole", "rows_min", "rows_weighted", "rows_major_min", "rows_device")
+            for key in (
+                "bias",
+                "whole",
+                "rows_min",
+                "rows_weighted",
+                "rows_major_min",
+                "rows_device",
+                "body",
+                "body_device",
+            )
             if mine and all(r.get(key) is not None for r in mine)
         } | {"pushes": len(mine)}
     devices: dict[str, list[dict[str, Any]]] = {}

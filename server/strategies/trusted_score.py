@@ -140,6 +140,11 @@ class TrustedScoreSettings(WrapperSettings):
     veto_memory: int = Field(
         100, ge=1, le=10_000, description="FLTrust: the veto's standing averages a device's last ~this many"
     )
+    parts: Literal["whole", "each"] = Field(
+        "whole",
+        description="FLTrust: score the whole gradient, or the output layer and the layers under it each"
+        " and keep the lower cosine",
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -165,6 +170,7 @@ class TrustedScore(StrategyWrapper):
         floor: float = 0.0,
         veto: float | None = None,
         veto_memory: int = 100,
+        parts: Literal["whole", "each"] = "whole",
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -178,7 +184,7 @@ class TrustedScore(StrategyWrapper):
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
         self.by_labels, self.max_weight, self.floor = by_labels, max_weight, floor
-        self.veto, self.veto_memory = veto, veto_memory
+        self.veto, self.veto_memory, self.parts = veto, veto_memory, parts
         self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
@@ -243,9 +249,21 @@ class TrustedScore(StrategyWrapper):
         score = cosine(arrival.gradient, whole)
         return self.remembered(self.whole_standing, arrival.device_id, score, self.veto_memory) < -self.veto
 
+    def score(self, gradient: np.ndarray, reference: np.ndarray) -> float:
+        """cos(g, g_s), or with ``parts`` "each" the lower of the output layer's and the rest's: an attack
+        that keeps its output layer honest (``alie-head``) agrees with g_s as a whole (median cosine 0.48
+        against the honest pushes' 0.51, peer-mlp) and disagrees below it (−0.24 against 0.45)."""
+        head = None if self.parts == "whole" or self.reference is None else self.reference.head()
+        if head is None:
+            return cosine(gradient, reference)
+        start = min(head[0].start or 0, head[1].start or 0)
+        if start == 0:  # the output layer is the whole model (logistic regression)
+            return cosine(gradient, reference)
+        return min(cosine(gradient[:start], reference[:start]), cosine(gradient[start:], reference[start:]))
+
     def trusted(self, arrival: Arrival, reference: np.ndarray, whole: np.ndarray | None) -> Arrival | None:
         """FLTrust: the arrival at g_s's norm × its relative trust score; None when the score is 0."""
-        score = cosine(arrival.gradient, reference)
+        score = self.score(arrival.gradient, reference)
         if self.device_memory:
             score = self.remembered(self.standing, arrival.device_id, score, self.device_memory)
         vetoed = self.vetoes(arrival, whole)
