@@ -6,7 +6,8 @@ below the output layer (−0.24 against 0.45; a device's last 10: −0.25 agains
 experiment's simulator (``lab.experiments.robust.simulate``) on peer-mlp with the recommended defence and
 the same scoring each part (``parts`` "each"), clean and under attack, one JSON line per run.
 
-Not an experiment (no results file). ``python -m lab.probes.body_score --seeds 1000 --attacks clean,alie-head``.
+Not an experiment (no results file).
+``python -m lab.probes.body_score --seeds 1000 --attacks clean,alie-head``.
 """
 
 from __future__ import annotations
