@@ -487,3 +487,30 @@ def test_the_trusted_gradient_is_computed_once_a_version_and_shared_read_only():
     run.version, run.params = 2, bundle.init_params + 0.01
     moved = port.gradient()
     assert moved is not first and not np.allclose(moved, first)
+
+
+class HeadedReference(FixedReference):
+    """g_s with its last two entries the output layer (``head``: weight, bias)."""
+
+    def head(self) -> tuple[slice, slice]:
+        n = len(self.value)
+        return slice(n - 2, n - 1), slice(n - 1, n)
+
+
+def test_fltrust_parts_each_keeps_the_lower_of_the_head_and_body_cosines():
+    reference = HeadedReference([1.0, 0.0, 0.0, 2.0, 0.0])  # body [1, 0, 0], head [2, 0]
+    # an honest head with a body pointing away: as a whole it agrees (cos 0.76), by parts it does not
+    honest_head = [-1.0, 0.0, 0.0, 4.0, 0.0]
+    whole = TrustedScore(_Recorder(), test="fltrust", reference=reference)
+    each = TrustedScore(_Recorder(), test="fltrust", reference=reference, parts="each")
+    assert whole.score(np.asarray(honest_head, np.float32), reference.value) == pytest.approx(7 / np.sqrt(85))
+    assert each.score(np.asarray(honest_head, np.float32), reference.value) == pytest.approx(-1.0)
+    assert whole.receive(arrival(honest_head, "a")) > 0 and each.receive(arrival(honest_head, "a")) == 0.0
+    # a gradient that agrees in both parts scores the lower of the two
+    agrees = np.asarray([1.0, 1.0, 0.0, 1.0, 0.0], np.float32)
+    assert each.score(agrees, reference.value) == pytest.approx(min(1 / np.sqrt(2), 1.0))
+    # a model that is all output layer (logistic regression) is scored as a whole
+    flat = TrustedScore(_Recorder(), test="fltrust", reference=HeadedReference([2.0, 0.0]), parts="each")
+    assert flat.score(
+        np.asarray([1.0, 1.0], np.float32), np.asarray([2.0, 0.0], np.float32)
+    ) == pytest.approx(1 / np.sqrt(2))
