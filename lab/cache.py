@@ -29,6 +29,7 @@ CODE = (
     "lab/experiments/protocol.py",
     "lab/experiments/async_vs_sync.py",
     "lab/experiments/default_search.py",
+    "lab/experiments/default_search_judge.py",
     "lab/experiments/peer_fleets.py",
     "lab/experiments/robust.py",
     "lab/experiments/online_vs_standard.py",
