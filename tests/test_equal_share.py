@@ -203,10 +203,10 @@ def test_sample_weight_persists_and_is_a_setting_of_the_default():
     restored.load_state_dict(decode_state(encode_state(strategy.state_dict())))
     assert restored.receive(sized(100)) == pytest.approx(strategy.receive(sized(100)))
     assert any(
-        isinstance(layer, SampleWeight)
-        for layer in _layers(make_strategy("fedbuff-equal", sample_weight=1.0))
-    )
-    assert not any(isinstance(layer, SampleWeight) for layer in _layers(make_strategy("fedbuff-equal")))
+        isinstance(layer, SampleWeight) for layer in _layers(make_strategy("fedbuff-equal"))
+    )  # default
+    unweighed = make_strategy("fedbuff-equal", sample_weight=None)
+    assert not any(isinstance(layer, SampleWeight) for layer in _layers(unweighed))
 
 
 def _layers(strategy):

@@ -25,6 +25,7 @@ from server.strategies import (
     WarmUp,
     make_strategy,
 )
+from server.strategies.fairness import SampleWeight
 from server.strategies.serving_average import ServingAverage
 from tests.test_no_torch import run_isolated
 
@@ -83,10 +84,13 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
         "concurrency_reference": 5.0,
         "cap_reference": 6.0,
         "serving_average": 0.9,
+        "sample_weight": 0.5,
     }
     built = build_strategy(default)
     assert type(built) is FedBuffEqual and built.learning_rate == 0.3 and built.k == 5
-    served = built.inner
+    weighed = built.inner
+    assert isinstance(weighed, SampleWeight) and weighed.power == 0.5
+    served = weighed.inner
     assert isinstance(served, ServingAverage) and served.decay == 0.9
     crowd = served.inner
     assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 5.0 and crowd.power == 1.0

@@ -17,7 +17,10 @@ drift more than 6 capped steps: the sixth search's choice, over a fixed cap and 
 eighth chose to serve a moving average of the versions (``ServingAverage``, decay 0.9: what is evaluated and
 exported, while devices train the newest), with the MLP at twice its rate (1.2) and the rate shrinking past
 a median staleness of 5 instead of 10 (past 10 the MLP steps as before, the CNN and logistic regression
-at half their rate), over the sixth's default with and without the average (docs/strategies.md).
+at half their rate), over the sixth's default with and without the average (docs/strategies.md). The
+ninth chose to weigh each gradient by the square root of its batch over the recent mean batch
+(``SampleWeight``: with I-Prof's unequal batches a slow device's small batch is noisier; with equal
+batches every weight is exactly 1), over the eighth's default and weighing by the batch itself.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class FedBuffEqualSettings(StrategySettings):
         " (0: serve the newest)",
     )
     sample_weight: float | None = Field(
-        None,
+        0.5,
         gt=0,
         le=1,
         description="weigh each gradient by (its batch / the recent mean batch)^this (unset: equally)",
@@ -83,7 +86,7 @@ class FedBuffEqual(EqualShare):
         concurrency_reference: float | None = 5.0,
         cap_reference: float | None = 6.0,
         serving_average: float | None = 0.9,
-        sample_weight: float | None = None,
+        sample_weight: float | None = 0.5,
     ) -> None:
         inner = FedBuff(learning_rate=learning_rate, k=k, time_window=time_window)
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
