@@ -90,6 +90,9 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # and each push held to its claimed labels at the output layer (server/strategies/label_check.py)
     "fltrust-labels-check": (FLTRUST_LABELS_DEVICE, {"name": "label-check"}),
     "fltrust-labels-rows": (FLTRUST_LABELS_DEVICE, {"name": "label-check", "threshold": 0.25}),
+    # label-check's claim test (a lie about one's labels is caught) around FLTrust scoring each part (an
+    # honest output layer over an attacked rest is caught): the two adaptive ways past each alone
+    "fltrust-parts-check": ({**FLTRUST_LABELS_DEVICE, "parts": "each"}, {"name": "label-check"}),
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,
