@@ -157,65 +157,16 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 
 
 def _redrawn(summary: dict[str, Any]) -> list[str]:
-    """Which workloads earlier searches held back, and why they are chosen on now."""
-    from sim.workload_halves import (
-        FIFTH_HELD_BACK,
-        FIRST_HELD_BACK,
-        FOURTH_HELD_BACK,
-        SECOND_HELD_BACK,
-        SIXTH_HELD_BACK,
-        THIRD_HELD_BACK,
-    )
-
-    choice = set(summary["choice_workloads"])
-    if not (set(FIRST_HELD_BACK) | set(THIRD_HELD_BACK)) & choice:
-        return []
-    lines = [
-        "The first search's held-back half (" + ", ".join(FIRST_HELD_BACK) + ") was reported once "
-        "(2026-11-26) and what it showed shaped the next default (its choice collapsed on 1,000 devices: "
-        "`ConcurrencyScale` came from that), so those workloads joined the choice half."
+    """Where the workloads come from: each earlier held-back half, reported once, is chosen on since."""
+    seen = len(summary["choice_workloads"])
+    return [
+        "Each earlier search's held-back half was reported once and then joined the workloads a default may "
+        "be chosen on (sim/workload_halves.py; what each showed and what the next search chose from it: "
+        f"[default-history.md](../default-history.md)). This search chose on {seen} of them "
+        f"({', '.join(summary['choice_workloads'])}). The held-back half below is a fresh one, drawn before "
+        "any run on it.",
+        "",
     ]
-    if set(SECOND_HELD_BACK) <= choice:
-        lines.append(
-            "The second search's held-back half (" + ", ".join(SECOND_HELD_BACK) + ") was reported once too "
-            "(γ 0.2 with a reference of 20 missed its target on 100 and 1,000 devices; a reference of 10 "
-            "came from that) and joined the choice half as well."
-        )
-    if set(THIRD_HELD_BACK) & choice:
-        lines.append(
-            "So did the third's (" + ", ".join(THIRD_HELD_BACK) + ", reported 2026-11-26): the fastest "
-            "tuned run was most often the default at another rate, higher for the MLP and logistic "
-            "regression than for the CNN. The fourth search chose each bundled model's own rate (its "
-            "manifest's `learning_rate`), the CNN's kept at 0.3 in every candidate, on the MLP and "
-            "logistic-regression workloads seen then."
-        )
-    if set(FOURTH_HELD_BACK) & choice:
-        lines.append(
-            "Its held-back half (" + ", ".join(FOURTH_HELD_BACK) + ", reported 2026-11-28) showed the MLP "
-            "ending at chance at 2-4x its rate. The fifth search chose a cap on the MLP's step "
-            "(‖Δθ‖ ≤ ρ‖θ‖, its manifest's `max_step`) on every MLP and logistic-regression workload seen "
-            "then; logistic regression keeps none (θ starts at zero)."
-        )
-    if set(FIFTH_HELD_BACK) & choice:
-        lines.append(
-            "Its held-back half (" + ", ".join(FIFTH_HELD_BACK) + ", reported 2026-11-28) showed the MLP on "
-            "100 devices collapsing at 2x its rate despite the cap, and the CNN, uncapped, at NaN at 4x. "
-            "This sixth search chooses the CNN's cap and rate, and a cap that shrinks as 1/τ̄ past a median "
-            "staleness (`cap_reference`: a gradient τ̄ updates old saw the model drift up to τ̄ capped "
-            "steps), on every MLP and logistic-regression workload seen so far and on four CNN ones."
-        )
-    if set(SIXTH_HELD_BACK) & choice:
-        lines.append(
-            "Its held-back half (" + ", ".join(SIXTH_HELD_BACK) + ", reported 2026-11-28) showed a 20-device "
-            "MLP fleet at a 30x speed spread missing its target at the MLP's rate, its best runs at 2-4x it, "
-            "and a logistic-regression workload missing 0.5 points by about one run's noise. This seventh "
-            "search chooses the small models' rates against the rate's concurrency reference (past a median "
-            "staleness of 5 instead of 10 the rate shrinks as 1/τ̄: on 100 and 1,000 devices the sixth's "
-            "rate with the MLP's doubled), on every MLP and logistic-regression workload seen so far, and "
-            "judges the held-back half on three other seeds."
-        )
-    lines.append("The held-back half below is a fresh one, drawn before any run on it.")
-    return [" ".join(lines), ""]
 
 
 CHANCE = 0.15  # a final accuracy at or below this (10 classes: chance is 0.1) is a dead model
