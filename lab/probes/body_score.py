@@ -18,15 +18,15 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 
-def one(job: tuple[str, str, int]) -> dict[str, Any]:
+def one(job: tuple[str, str, int, str, float]) -> dict[str, Any]:
     from lab.experiments.robust import Run, simulate
 
-    defence, attack, seed = job
-    out = simulate(Run(defence, None if attack == "clean" else attack, 0.3, "peer-mlp", seed))
+    defence, attack, seed, fleet, share = job
+    out = simulate(Run(defence, None if attack == "clean" else attack, share, fleet, seed))
     pushes = out["pushes"]
     honest, dropped = pushes.get("honest", 0), pushes.get("honest_dropped", 0)
     return {
-        "defence": defence, "attack": attack, "seed": seed, "final": out["final"],
+        "defence": defence, "attack": attack, "seed": seed, "fleet": fleet, "final": out["final"],
         "time_to_target": out["time_to_target"], "honest_dropped": round(dropped / max(honest, 1), 4),
         "byzantine_dropped": pushes.get("byzantine_dropped"), "byzantine": pushes.get("byzantine"),
         "backdoor_success": out["backdoor_success"],
@@ -38,10 +38,12 @@ def main() -> None:
     parser.add_argument("--defences", default="fltrust-labels-device,fltrust-labels-parts")
     parser.add_argument("--attacks", default="clean,alie-head,alie,sign-flip,ipm")
     parser.add_argument("--seeds", default="1000")
+    parser.add_argument("--fleet", default="peer-mlp", help="a fleet of lab/experiments/robust.py's FLEETS")
+    parser.add_argument("--share", type=float, default=0.3, help="of the devices, Byzantine")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     jobs = [
-        (d, a, int(s))
+        (d, a, int(s), args.fleet, args.share)
         for s in args.seeds.split(",")
         for a in args.attacks.split(",")
         for d in args.defences.split(",")
