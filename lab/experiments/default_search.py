@@ -40,6 +40,8 @@ SEED = 1  # the simulator's seed (timings, mini-batches); the data's are each wo
 # 0.910, with 0.907 at a quarter of the rate)
 HELD_BACK_SEEDS = (2, 3, 4)
 RATE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
+# fedbuff-equal with every wrapper a search added switched off: each arm below names what it switches on
+OFF = {"concurrency_reference": None, "cap_reference": None, "serving_average": None, "sample_weight": None}
 # arm → (registered strategy, its settings beyond the rate)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd": ("dynsgd", {}),
@@ -49,33 +51,18 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # search's choice, shipped until the third's
     "fedbuff-equal": (
         "fedbuff-equal",
-        {
-            "concurrency_reference": 20.0,
-            "cap_reference": None,
-            "serving_average": None,
-            "sample_weight": None,
-        },
+        {**OFF, "concurrency_reference": 20.0},
     ),
     # the first search's choice
     "fedbuff-equal-fixed": (
         "fedbuff-equal",
-        {
-            "concurrency_reference": None,
-            "cap_reference": None,
-            "serving_average": None,
-            "sample_weight": None,
-        },
+        {**OFF},
     ),
     # the rate shrinks past a median staleness of 10: the probe's fix for γ 0.4 on 100 and 1,000 devices;
     # at γ 0.3 the third search's choice, Fleet's default since
     "fedbuff-equal-ref10": (
         "fedbuff-equal",
-        {
-            "concurrency_reference": 10.0,
-            "cap_reference": None,
-            "serving_average": None,
-            "sample_weight": None,
-        },
+        {**OFF, "concurrency_reference": 10.0},
     ),
     # and the step cap shrinking as R / τ̄ past a median staleness R: the sixth search's candidates (the
     # fifth's cap let 100 devices collapse at 2x the rate, and a tighter cap was fastest on each of them);
@@ -83,12 +70,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{
         f"fedbuff-equal-ccap{r}": (
             "fedbuff-equal",
-            {
-                "concurrency_reference": 10.0,
-                "cap_reference": float(r),
-                "serving_average": None,
-                "sample_weight": None,
-            },
+            {**OFF, "concurrency_reference": 10.0, "cap_reference": float(r)},
         )
         for r in (4, 6)
     },
@@ -97,18 +79,18 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     # takes the higher rate, which a 30x spread wanted; 100 devices collapsed at 2x with 10)
     "fedbuff-equal-ccap6-ref5": (
         "fedbuff-equal",
-        {"concurrency_reference": 5.0, "cap_reference": 6.0, "serving_average": None, "sample_weight": None},
+        {**OFF, "concurrency_reference": 5.0, "cap_reference": 6.0},
     ),
     # and serving a moving average of the versions over about ten updates: the eighth search's candidates
     # (lab/probes/noise_scale.py: the MLP at twice its rate, averaged, was as fast as the faster of its two
     # rates on the workloads probed and ended at least as high)
     "fedbuff-equal-ccap6-avg": (
         "fedbuff-equal",
-        {"concurrency_reference": 10.0, "cap_reference": 6.0, "serving_average": 0.9, "sample_weight": None},
+        {**OFF, "concurrency_reference": 10.0, "cap_reference": 6.0, "serving_average": 0.9},
     ),
     "fedbuff-equal-ccap6-ref5-avg": (
         "fedbuff-equal",
-        {"concurrency_reference": 5.0, "cap_reference": 6.0, "serving_average": 0.9, "sample_weight": None},
+        {**OFF, "concurrency_reference": 5.0, "cap_reference": 6.0, "serving_average": 0.9},
     ),
     # and each gradient weighed by (its batch / the recent mean batch)^p: the ninth search's candidates
     # (lab/probes/sample_weight.py: I-Prof fleets of the MLP and logistic regression ended 1-2 points higher
@@ -116,7 +98,13 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{
         f"fedbuff-equal-ccap6-ref5-avg-sw{p}": (
             "fedbuff-equal",
-            {"concurrency_reference": 5.0, "cap_reference": 6.0, "serving_average": 0.9, "sample_weight": p},
+            {
+                **OFF,
+                "concurrency_reference": 5.0,
+                "cap_reference": 6.0,
+                "serving_average": 0.9,
+                "sample_weight": p,
+            },
         )
         for p in (0.5, 1.0)
     },

@@ -6,7 +6,8 @@ rate, a 100-device shuffled fleet twice it. Under I-Prof every device takes the 
 slow device's gradient, from a third of the fast one's samples, weighs as much and is three times as
 noisy. ``sample``: each gradient weighed by its batch over the mean batch of the last 200 arrivals (mean
 weight 1: the rate is unchanged; with fixed batches nothing changes at all). ``sqrt``: by the square root
-of that ratio. Rules wrap the shipped default at its own rate times ``factor``.
+of that ratio. Rules wrap the sixth search's arm (``fedbuff-equal-ccap6``: the rate reference 10, no
+served average, as lab/probes/noise_scale.py) at the eighth's rates (the MLP at 1.2) times ``factor``.
 
 Not an experiment (no results file): one JSON line per run (final accuracy, time to a target set by the
 probe's own runs on that workload: their best final less 1 point). Only workloads a search has reported
@@ -23,7 +24,7 @@ from typing import Any
 from server.strategies.base import Strategy
 from server.strategies.fairness import SampleWeight
 
-ARM = "fedbuff-equal-ccap6"  # the shipped default, with each model's own rate and cap
+ARM = "fedbuff-equal-ccap6"  # the sixth's default (no served average), with each model's rate and cap
 PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this worker first replaced it
 
 
@@ -41,9 +42,8 @@ def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
         return built if power is None else SampleWeight(built, power=power)
 
     search.build = build  # type: ignore[assignment]  # this worker process only
-    rates = search.MODEL_RATES if model == "mnist_cnn" else search.DOUBLED  # the shipped rates
-    arm = search.arm_for(ARM, rates, model)
-    return search.simulate(search.Run(arm, search.rate_for(rates, model) * factor, name, seed=seed))
+    arm = search.arm_for(ARM, search.DOUBLED, model)  # the eighth's rates
+    return search.simulate(search.Run(arm, search.rate_for(search.DOUBLED, model) * factor, name, seed=seed))
 
 
 def main() -> None:

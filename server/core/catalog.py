@@ -156,11 +156,13 @@ class Catalog:
     def params(self, model_id: str, version: int) -> np.ndarray:
         return np.frombuffer(self.params_bytes(model_id, version), dtype="<f4")
 
-    def served_params(self, model_id: str, version: int) -> np.ndarray | None:
-        """The parameters an evaluated version was served (and scored) as, when not its own (None: as
-        trained, or not kept)."""
-        data = self.store.served_params(model_id, version)
-        return None if data is None else np.frombuffer(data, dtype="<f4")
+    def as_evaluated(self, model_id: str, version: int) -> tuple[np.ndarray, bool]:
+        """(parameters, averaged): a version as it was served and scored, the strategy's average when an
+        evaluation kept one (migration 0013), else as trained. NotFound, or Gone past retention."""
+        kept = self.store.served_params(model_id, version)
+        if kept is not None:
+            return np.frombuffer(kept, dtype="<f4"), True
+        return self.params(model_id, version), False
 
     def versions(self, model_id: str) -> list[VersionRecord]:
         """The retained versions, oldest first, with their lineage and notes; NotFound for no model."""

@@ -152,9 +152,7 @@ class EvaluationRecorded:
     loss: float
     at: float
     reference: float | None = None  # the metric of the model as it was FLEET_EVAL_REFERENCE_AGE_S before
-    served: bytes | None = (
-        None  # the parameters scored, when the strategy serves an average, not the version's
-    )
+    served: bytes | None = None  # the parameters scored, when an average and not the version's own
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,7 @@ def served_params(
     version = catalog.record(model_id).current_version if version is None else version
     if served is not None and (served.model_id, served.version) == (model_id, version):
         return version, served.params, served.averaged
-    trained = catalog.params(model_id, version)  # NotFound, Gone
-    kept = catalog.served_params(model_id, version)
-    return (version, trained, False) if kept is None else (version, kept, True)
+    return (version, *catalog.as_evaluated(model_id, version))
 
 
 def export_inference(

@@ -38,12 +38,9 @@ class Candidate:
 
 def candidate(catalog: Catalog, model_id: str, version: int, *, retention: int) -> Candidate:
     """The version to promote: NotFound for an unknown model or version, Gone past retention. A version
-    evaluated as a served average (``Catalog.served_params``) is taken as it was scored, so the new head
+    evaluated as a served average (``Catalog.as_evaluated``) is taken as it was scored, so the new head
     is the model its evaluation describes (``_evaluate_new_head`` copies that evaluation)."""
-    params = catalog.params_bytes(model_id, version)
-    kept = catalog.served_params(model_id, version)
-    if kept is not None:
-        params = kept.astype("<f4").tobytes()
+    params = catalog.as_evaluated(model_id, version)[0].tobytes()
     record = catalog.record(model_id)
     if 0 < version <= record.current_version - retention:  # still in the cache, no longer in storage
         raise Gone(f"version {version} of {model_id} is past the retention window")

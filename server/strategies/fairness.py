@@ -195,8 +195,9 @@ class SampleWeight(StrategyWrapper):
     """Weigh each gradient by (its mini-batch / the mean of the last ``window`` arrivals')^``power``. I-Prof
     gives every device the same time a task, so a slow device's gradient comes from a third of a fast one's
     samples and is that much noisier; weighed equally, the noise caps where the model ends (issue 28's
-    probe: dirichlet0.5-mlp-iprof 0.911 equal, 0.930 by samples). The mean weight stays 1, so the rate is
-    unchanged, and with equal batches every weight is exactly 1: the wrapper changes nothing."""
+    probe, around the sixth's default: dirichlet0.5-mlp-iprof 0.911 equal, 0.930 by samples). The mean
+    weight stays 1, so the rate is unchanged, and with equal batches every weight is exactly 1: the wrapper
+    changes nothing."""
 
     settings = SampleWeightSettings
 
