@@ -22,11 +22,15 @@ from server.core.errors import Conflict, Gone, NotFound
 from server.core.events import (
     DeviceEnrolled,
     DeviceRevoked,
+    EvaluationRecorded,
     HeadPromoted,
     NewVersion,
     PushApplied,
+    StateCheckpoint,
     TaskGranted,
+    VersionNoted,
 )
+from server.core.journal import Batch
 from server.core.ports import Store
 from server.core.promotion import SUPERSEDED
 from server.core.types import Device, TaskGrant, TaskRequest, TaskResult
@@ -325,6 +329,29 @@ def test_a_promotion_written_before_older_pushes_in_one_batch_keeps_the_newest_h
     store.commit([promoted, answered])
     assert store.model(model_id).current_version == 2
     assert [r.version for r in store.versions(model_id)] == [0, 1, 2]
+
+
+def test_an_evaluation_and_a_note_of_a_version_made_in_the_same_batch_are_kept(make_core):
+    """The push that makes a version and an evaluation (with the average it scored) or a note of it can
+    share a batch under load; both update the version's row, so they are written after the answers."""
+    core = make_core()
+    model_id, store = core.run.model_id, core.store
+    params = core.catalog.params_bytes(model_id, 0)
+    served = np.full(core.run.manifest.num_params, 0.5, "<f4").tobytes()
+    batch = Batch()
+    for event in (
+        TaskGranted("t-1", model_id, "d-1", "Pixel", 0, 10, None, {}, None, None, 1.0, 99.0),
+        PushApplied(
+            "t-1", "d-1", "Pixel", "x", {}, 0, 1.0, 10, 5.0, None, None, None, 1.0, 2.0,
+            new_version=NewVersion(model_id, 1, params),
+        ),
+        EvaluationRecorded(model_id, 1, 0.5, 1.0, 2.0, served=served),
+        VersionNoted(model_id, 1, "scored", "alice", 2.0),
+    ):  # fmt: skip
+        batch.add(event)
+    store.commit(batch.events(StateCheckpoint()))
+    assert store.served_params(model_id, 1) == served
+    assert [r.note for r in store.versions(model_id) if r.version == 1] == ["scored"]
 
 
 # -- live reconfiguration ----------------------------------------------------------------------------

@@ -25,7 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from server.core.errors import StorageUnavailable
-from server.core.events import Event, PushApplied, StateCheckpoint, TaskGranted
+from server.core.events import (
+    EvaluationRecorded,
+    Event,
+    PushApplied,
+    StateCheckpoint,
+    TaskGranted,
+    VersionNoted,
+)
 from server.core.ports import Store
 
 log = logging.getLogger("fleet.server")
@@ -92,23 +99,40 @@ class _Queued:
     at: float  # when it was queued (``backlog``)
 
 
+# events that update a version's row: written after the answers, one of which may be what creates it
+ABOUT_A_VERSION = (EvaluationRecorded, VersionNoted)
+
+
 @dataclass
 class Batch:
-    """What one transaction writes: grants first, then other writes in order, then answers."""
+    """What one transaction writes: grants first, then other writes in order, then answers, then the
+    writes about a version (an evaluation's kept parameters, a note), which a push of this batch may
+    have made."""
 
     grants: list[TaskGranted] = field(default_factory=list)
     answers: list[PushApplied] = field(default_factory=list)
     other: list[Event] = field(default_factory=list)
+    about_versions: list[Event] = field(default_factory=list)
     tickets: list[Ticket] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.grants or self.answers or self.other)
+        return bool(self.grants or self.answers or self.other or self.about_versions)
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TaskGranted):
+            self.grants.append(event)
+        elif isinstance(event, PushApplied):
+            self.answers.append(event)
+        elif isinstance(event, ABOUT_A_VERSION):
+            self.about_versions.append(event)
+        else:
+            self.other.append(event)
 
     def events(self, state: StateCheckpoint) -> list[Event]:
         """The batch in write order, closed by the state checkpoint (strategy state only with news)."""
-        if not (self.answers or self.other):
+        if not (self.answers or self.other or self.about_versions):
             state = StateCheckpoint(profiles=state.profiles, at=state.at)
-        return [*self.grants, *self.other, *self.answers, state]
+        return [*self.grants, *self.other, *self.answers, *self.about_versions, state]
 
 
 class Journal:
@@ -185,12 +209,7 @@ class Journal:
             self._inflight = (len(taken), taken[0].at) if taken else None
         batch = Batch()
         for queued in taken:
-            if isinstance(queued.event, TaskGranted):
-                batch.grants.append(queued.event)
-            elif isinstance(queued.event, PushApplied):
-                batch.answers.append(queued.event)
-            else:
-                batch.other.append(queued.event)
+            batch.add(queued.event)
             if queued.ticket is not None:
                 batch.tickets.append(queued.ticket)
         return batch
