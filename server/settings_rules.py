@@ -112,6 +112,11 @@ def _trusted_data(settings: Settings) -> str | None:
             "FLEET_WRAPPERS entry label-check requires a trusted-score entry with its data: it holds each"
             " push to the trusted digits of the labels it claims"
         )
+    if "trusted-bound" in names and "trusted-score" not in names:
+        return (
+            "FLEET_WRAPPERS entry trusted-bound requires a trusted-score entry with its data: it bounds each"
+            " push's coordinates by the gradient on those trusted digits"
+        )
     for wrapper in settings.wrappers:
         if wrapper.name != "trusted-score":
             continue

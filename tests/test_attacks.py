@@ -157,6 +157,16 @@ def test_a_backdoor_batch_triggers_its_share_relabelled_to_the_target():
         Backdoor(target=12).batch(x, y, 10)
 
 
+def test_a_bounded_backdoor_holds_each_coordinate_to_its_share_of_the_honest_gradients():
+    """The backdoor adapted to server/strategies/trusted_bound.py: what that bound would let through."""
+    honest = np.array([[3.0, 4.0, 0.0], [-3.0, -4.0, 0.0]])  # mean |g| (3, 4, 0): shares 0.6, 0.8, 0
+    pushed = Backdoor(bounded=1.0).gradient(np.array([1.0, 1.0, 5.0], np.float32), honest)
+    limit = np.array([0.6, 0.8, 0.0]) * np.sqrt(27)
+    np.testing.assert_allclose(pushed, np.minimum([1.0, 1.0, 5.0], limit), rtol=1e-6)
+    with pytest.raises(ValueError):
+        Backdoor(bounded=-1.0)
+
+
 def test_attack_success_rate_counts_the_non_target_images_sent_to_the_target():
     labels = np.array([0, 0, 1, 2, 3, 4])
     assert attack_success_rate(np.zeros(6, int), labels, 0) == 1.0

@@ -76,10 +76,16 @@ class Backdoor(Honest):
     # gradient); 4 on 28x28 MNIST puts it where 12% of clean digits have ink (6: 45%), against a defence
     # that stops the parameters honest devices never move (sign-vote's support count)
     inset: int = 0
+    # > 0: adapted to the trusted bound (server/strategies/trusted_bound.py): each coordinate pushed at most
+    # this × its share of the mean |honest gradient| the attacker knows (its stand-in for the trusted
+    # profile), so the bound has nothing left to cut and a cosine test sees the least of the trigger
+    bounded: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.share <= 1.0:
             raise ValueError(f"backdoor share must be in [0, 1], got {self.share}")
+        if self.bounded < 0.0:
+            raise ValueError(f"backdoor bounded must be >= 0, got {self.bounded}")
 
     def batch(self, x: np.ndarray, y: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         if not 0 <= self.target < num_classes:
@@ -92,4 +98,12 @@ class Backdoor(Honest):
         return x, y
 
     def gradient(self, gradient: np.ndarray, honest: np.ndarray) -> np.ndarray:
-        return gradient if self.boost == 1.0 else (self.boost * gradient).astype(gradient.dtype)
+        pushed = gradient if self.boost == 1.0 else (self.boost * gradient).astype(gradient.dtype)
+        if not self.bounded:
+            return pushed
+        profile = np.abs(np.asarray(honest, dtype=np.float64)).mean(axis=0)
+        norm, scale = float(np.linalg.norm(pushed)), float(np.linalg.norm(profile))
+        if norm == 0.0 or scale == 0.0:
+            return pushed
+        limit = profile * (self.bounded * norm / scale)
+        return np.clip(pushed, -limit, limit).astype(gradient.dtype)

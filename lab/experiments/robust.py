@@ -56,6 +56,10 @@ TARGETS = {"peer-mlp": 0.85, "peer": 0.90, "fleet100": 0.85, "quick": 0.60}  # f
 FLTRUST_DEVICE = {"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10}
 # the same against the trusted digits of the device's own labels, never lengthened, weighing ≤ its own
 FLTRUST_LABELS_DEVICE = {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "device", "max_weight": 1.0}
+# label-check's claim test (a lie about one's labels is caught) around FLTrust scoring each part (an honest
+# output layer over an attacked rest is caught): the two adaptive ways past each alone
+PARTS_CHECK = ({**FLTRUST_LABELS_DEVICE, "parts": "each"}, {"name": "label-check"})
+BOUND = {"name": "trusted-bound"}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "none": (),
@@ -90,9 +94,15 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # and each push held to its claimed labels at the output layer (server/strategies/label_check.py)
     "fltrust-labels-check": (FLTRUST_LABELS_DEVICE, {"name": "label-check"}),
     "fltrust-labels-rows": (FLTRUST_LABELS_DEVICE, {"name": "label-check", "threshold": 0.25}),
-    # label-check's claim test (a lie about one's labels is caught) around FLTrust scoring each part (an
-    # honest output layer over an attacked rest is caught): the two adaptive ways past each alone
-    "fltrust-parts-check": ({**FLTRUST_LABELS_DEVICE, "parts": "each"}, {"name": "label-check"}),
+    # label-check's claim test around FLTrust scoring each part (PARTS_CHECK, above)
+    "fltrust-parts-check": PARTS_CHECK,
+    # and each push's coordinates bounded by their share of the trusted gradients (4x; or 2, 3, 8x; or of
+    # the trusted gradients of the labels it trained on): the backdoor's patch feeds weights the trusted
+    # digits barely move (server/strategies/trusted_bound.py)
+    "fltrust-parts-check-bound": ({"name": "trusted-bound"}, *PARTS_CHECK),
+    **{f"fltrust-parts-check-bound{b}": ({**BOUND, "bound": b}, *PARTS_CHECK) for b in (2, 3, 8)},
+    **{f"fltrust-parts-check-lbound{b}": ({**BOUND, "bound": b, "by_labels": True}, *PARTS_CHECK)
+       for b in (2, 4)},  # fmt: skip
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,
@@ -114,6 +124,12 @@ ATTACKS: dict[str, dict[str, Any]] = {
     # the inset trigger learnt through the hidden layers only, the output layer's gradient and the labels
     # claimed the clean batch's: against label-check, which reads the output layer (adaptive)
     "backdoor-head": {"attack": "backdoor", "inset": 4, "honest_head": True},
+    # 6 pixels in, where 45% of clean digits have ink: the trusted digits move its weights more (adaptive,
+    # against trusted-bound, whose limit follows them)
+    "backdoor-inset6": {"attack": "backdoor", "inset": 6},
+    # the inset trigger with each coordinate held to 4x its share of the honest gradients the attackers
+    # see: what the trusted bound lets through, pushed as is (adaptive, against trusted-bound)
+    "backdoor-bounded": {"attack": "backdoor", "inset": 4, "bounded": 4.0},
     # and two gradient attacks the same way: label-check's claim test stops them when the whole gradient lies
     "sign-flip-head": {"attack": "sign-flip", "honest_head": True},
     "alie-head": {"attack": "alie", "honest_head": True},
@@ -159,13 +175,19 @@ class SimulatedReference:
 
     def __init__(self, bench: Any, rows: np.ndarray) -> None:
         self.bench, self.rows, self.core = bench, rows, None
+        self.at: int | None = None  # the version the gradients below are of (each computed once a version)
+        self.computed: dict[int | None, np.ndarray] = {}
 
     def gradient(self, label: int | None = None) -> np.ndarray | None:
         rows = self.rows if label is None else self.rows[self.bench.train.y[self.rows] == label]
         if self.core is None or self.core.run is None or not len(rows):
             return None
-        x, y = self.bench.train.x[rows], self.bench.train.y[rows]
-        return self.bench.gradients.loss_and_gradient(self.core.run.params, x, y)[1]
+        if self.at != self.core.run.version:
+            self.at, self.computed = self.core.run.version, {}
+        if label not in self.computed:
+            x, y = self.bench.train.x[rows], self.bench.train.y[rows]
+            self.computed[label] = self.bench.gradients.loss_and_gradient(self.core.run.params, x, y)[1]
+        return self.computed[label]
 
     def head(self) -> tuple[slice, slice] | None:
         return None if self.core is None or self.core.run is None else self.core.run.manifest.head()

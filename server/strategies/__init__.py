@@ -37,6 +37,7 @@ from server.strategies.sasgd import SASGD
 from server.strategies.serving_average import ServingAverage
 from server.strategies.sign_vote import SignVote
 from server.strategies.ssgd import SSGD
+from server.strategies.trusted_bound import TrustedBound
 from server.strategies.trusted_score import TrustedScore
 from server.strategies.twafl import TWAFL
 from server.strategies.vandijk import VanDijk
@@ -57,6 +58,7 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
     + (ServingAverage, SampleWeight)
     + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote, LabelCheck)  # issue 30's defences
+    + (TrustedBound,)
 }
 
 # issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data
@@ -101,7 +103,7 @@ def wrap(
 ) -> Strategy:
     """``strategy`` inside each configured wrapper, the first one innermost (server/compose.py's order);
     ``reference``, the trusted gradient port, goes to the wrappers that score against it (trusted-score,
-    label-check)."""
+    label-check, trusted-bound)."""
     for config in wrappers:
         extra = {"reference": reference} if getattr(WRAPPERS[config.name], "uses_reference", False) else {}
         strategy = WRAPPERS[config.name](strategy, **config.kwargs(), **extra)
