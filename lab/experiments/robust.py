@@ -96,13 +96,10 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-labels-rows": (FLTRUST_LABELS_DEVICE, {"name": "label-check", "threshold": 0.25}),
     # label-check's claim test around FLTrust scoring each part (PARTS_CHECK, above)
     "fltrust-parts-check": PARTS_CHECK,
-    # and each push's coordinates bounded by their share of the trusted gradients (4x; or 2, 3, 8x; or of
-    # the trusted gradients of the labels it trained on): the backdoor's patch feeds weights the trusted
-    # digits barely move (server/strategies/trusted_bound.py)
+    # and each push's coordinates bounded by their share of the trusted gradients (4x; or 2, 3, 8x): the
+    # backdoor's patch feeds weights the trusted digits barely move (server/strategies/trusted_bound.py)
     "fltrust-parts-check-bound": ({"name": "trusted-bound"}, *PARTS_CHECK),
     **{f"fltrust-parts-check-bound{b}": ({**BOUND, "bound": b}, *PARTS_CHECK) for b in (2, 3, 8)},
-    **{f"fltrust-parts-check-lbound{b}": ({**BOUND, "bound": b, "by_labels": True}, *PARTS_CHECK)
-       for b in (2, 4)},  # fmt: skip
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,

@@ -45,11 +45,6 @@ class TrustedBoundSettings(WrapperSettings):
     memory: int = Field(
         50, ge=1, le=100_000, description="the trusted profile averages |g_s| over the last ~this many"
     )
-    by_labels: bool = Field(
-        False,
-        description="a push's profile mixes the profiles of the labels it trained on, by its counts"
-        " (reads them: not with DP)",
-    )
 
 
 class TrustedBound(StrategyWrapper):
@@ -62,56 +57,33 @@ class TrustedBound(StrategyWrapper):
         *,
         bound: float = 4.0,
         memory: int = 50,
-        by_labels: bool = False,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
-        self.bound, self.memory, self.by_labels, self.reference = bound, memory, by_labels, reference
-        # label (None: all the trusted samples) → (the average |g_s| on its samples, float64; the version
-        # last folded into it)
-        self.profiles: dict[int | None, tuple[np.ndarray, int]] = {}
+        self.bound, self.memory, self.reference = bound, memory, reference
+        self.profile: np.ndarray | None = None  # the average |g_s|, float64
+        self.profiled: int | None = None  # the version last folded into it
         self.received = self.clipped = 0
         self.removed = 0.0  # the sum over pushes of the share of ‖g‖² taken off
 
-    def reads(self) -> frozenset[str]:
-        return frozenset({"label_counts"}) | self.inner.reads() if self.by_labels else self.inner.reads()
-
-    def profile(self, version: int, label: int | None = None) -> np.ndarray | None:
-        """The average |g_s| (on ``label``'s trusted samples), with g_s at ``version`` folded in once: an
-        exponential average over ~``memory`` versions; None before there is one."""
-        held = self.profiles.get(label)
-        if (held is not None and held[1] == version) or self.reference is None:
-            return None if held is None else held[0]
-        trusted = self.reference.gradient(label) if label is not None else self.reference.gradient()
+    def update_profile(self, version: int) -> np.ndarray | None:
+        """The profile, with g_s at ``version`` folded in once (an exponential average over ~memory)."""
+        if self.profiled == version or self.reference is None:
+            return self.profile
+        trusted = self.reference.gradient()
         if trusted is None:
-            return None if held is None else held[0]
+            return self.profile
         magnitude = np.abs(trusted.astype(np.float64))
-        if held is None or held[0].shape != magnitude.shape:
-            profile = magnitude
+        if self.profile is None or self.profile.shape != magnitude.shape:
+            self.profile = magnitude
         else:
-            profile = held[0] + (magnitude - held[0]) * (2.0 / (self.memory + 1))
-        self.profiles[label] = (profile, version)
-        return profile
-
-    def mixed(self, version: int, counts: np.ndarray) -> np.ndarray | None:
-        """Σ_c freq_c · profile_c over the labels a push trained on (None when no label has a profile)."""
-        mix, weight = None, 0.0
-        for label in np.flatnonzero(counts > 0):
-            profile = self.profile(version, int(label))
-            if profile is not None:
-                mix = profile * float(counts[label]) if mix is None else mix + profile * float(counts[label])
-                weight += float(counts[label])
-        return None if mix is None else mix / weight
+            self.profile += (magnitude - self.profile) * (2.0 / (self.memory + 1))
+        self.profiled = version
+        return self.profile
 
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
-        version = arrival.base_version + arrival.staleness
-        counts = arrival.label_counts
-        profile = None
-        if self.by_labels and counts is not None and float(np.sum(counts)) > 0:
-            profile = self.mixed(version, np.asarray(counts, dtype=np.float64))
-        if profile is None:
-            profile = self.profile(version)
+        profile = self.update_profile(arrival.base_version + arrival.staleness)
         gradient = arrival.gradient
         if profile is None or profile.shape != gradient.shape:
             return self.inner.receive(arrival)
