@@ -361,8 +361,22 @@ def test_the_robust_choice_ranks_attacks_held_before_honest_work_dropped():
     lossy = {"gaps": {"a": 0.7, "b": 0.5, "c": 0.01}, "worst_gap": 0.7, "misses": ["a", "b"]}
     strict = {"gaps": {"a": 0.12, "b": 0.01, "c": 0.01}, "worst_gap": 0.12,
               "misses": ["a", "drop:a", "drop:b", "drop:c", "drop:clean", "backdoor-success"]}  # fmt: skip
-    assert standing(strict) == (1, 0.12, 2) and standing(lossy) == (2, 0.7, 0)
+    assert standing(strict) == (1, 0.12, 1) and standing(lossy) == (2, 0.7, 0)
     assert sorted([lossy, strict], key=standing)[0] is strict
+
+
+def test_the_robust_choice_counts_each_backdoor_trigger_as_an_attack():
+    """A defence that stops one trigger of two outranks one that stops neither at a smaller worst gap."""
+    from lab.experiments.robust import standing
+
+    gaps = {"sign-flip": 0.01, "backdoor": 0.01, "backdoor-inset": 0.01}
+    neither = {"gaps": gaps, "worst_gap": 0.013, "misses": ["backdoor-success"],
+               "backdoor_by_trigger": {"backdoor": 1.0, "backdoor-inset": 0.99}}  # fmt: skip
+    one = {"gaps": gaps, "worst_gap": 0.018, "misses": ["backdoor-success"],
+           "backdoor_by_trigger": {"backdoor": 0.004, "backdoor-inset": 0.7}}  # fmt: skip
+    assert standing(neither) == (2, 0.013, 0) and standing(one) == (1, 0.018, 0)
+    lossy = {**one, "gaps": {**gaps, "backdoor-inset": 0.05}, "worst_gap": 0.05}  # lost twice over: once
+    assert standing(lossy)[0] == 1
 
 
 def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():

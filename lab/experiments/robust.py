@@ -12,16 +12,18 @@ Two stages, so the recommendation never sees the reported seeds:
 
 1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on the
    first fleet; the recommended defence is the one that loses the fewest attacks (more than 2 points below
-   the clean fleet), then has the smallest worst gap, then misses the fewest of the other targets, each
-   counted once (≤ 10% honest pushes dropped, backdoor success ≤ 10%, ≤ 1.2× the undefended time to the
-   target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack for honest
-   drops too, and the first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet run)
-   ranked centered clipping, which lost 6 attacks by up to 74 points, above FLTrust by device standing,
-   which lost 4 by up to 12 but dropped honest work under each attack. The rule was changed for that.
+   the clean fleet, or a backdoor trigger past 10% success), then has the smallest worst gap, then misses
+   the fewest of the other targets, each counted once (≤ 10% honest pushes dropped, ≤ 1.2× the undefended
+   time to the target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack
+   for honest drops too, and the first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet
+   run) ranked centered clipping, which lost 6 attacks by up to 74 points, above FLTrust by device
+   standing, which lost 4 by up to 12 but dropped honest work under each attack. The rule was changed for
+   that. Until 2026-11-29 the backdoor counted once, however many triggers passed, so a defence stopping
+   one trigger of two tied with one stopping neither (docs/robustness.md, the third look).
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
    on the others, and the recommended one against each attack at every share of ``shares`` (the heatmap
-   and the f-curve). About 310 runs, 54 of them the CNN: about an hour on 2 cores.
+   and the f-curve). About 570 runs: about 80 minutes on 2 cores (one BLAS thread a process: lab/__init__.py).
 
 A seed is the data's shuffle and split and the simulator's timing and batches: ``Workload`` with its
 seeds replaced. The rates are the default's own (untuned); the defences' own parameters are their
@@ -257,10 +259,21 @@ def simulate(run: Run) -> dict[str, Any]:
     }
 
 
+# the choice's candidates: the published defences, ours as they were each recommended or probed, and Kardam
+# (the probes' variants of the bound, 2x, 3x and 8x, are left to lab/probes/body_score.py)
+CANDIDATES = (
+    *("none", "kardam", "centered-clip", "geometric-median", "trimmed-mean", "median", "trusted-score"),
+    *("fltrust", "norm-noise", "fltrust-labels-device", "fltrust-labels-veto", "fltrust-labels-support"),
+    *("fltrust-parts-check", "fltrust-parts-check-bound"),
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RobustPlan(Plan):
-    fleets: tuple[str, ...] = ("peer-mlp", "fleet100", "peer")  # the first: choice, heatmap, curve
-    defences: tuple[str, ...] = tuple(DEFENCES)
+    # the first: choice, heatmap, curve; "peer" (the thesis CNN, 5x the time a run) is not in the full plan
+    # since 2026-11-29: its last measurements are in docs/robustness.md
+    fleets: tuple[str, ...] = ("peer-mlp", "fleet100")
+    defences: tuple[str, ...] = CANDIDATES
     attacks: tuple[str, ...] = tuple(ATTACKS)
     share: float = 0.3  # the heatmap's: 3 of 10
     shares: tuple[float, ...] = (0.1, 0.2, 0.3)  # the recommended defence's f-curve (1, 2, 3 of 10)
@@ -309,11 +322,15 @@ def judge(
 
 
 def standing(judged: dict[str, Any]) -> tuple[int, float, int]:
-    """A defence's rank on the tuning seed: the attacks it fails to hold within the gap target first, then
-    its worst gap, then the other targets it misses, each counted once (honest drops, backdoor, cost)."""
-    lost = sum(1 for gap in judged["gaps"].values() if gap > TARGET_GAP)
-    others = {m.split(":")[0] for m in judged["misses"] if m not in judged["gaps"]}
-    return lost, judged["worst_gap"], len(others)
+    """A defence's rank on the tuning seed: the attacks it loses first (more than the gap target below the
+    clean fleet, or for a backdoor, its success past the target: each trigger an attack of its own), then
+    its worst gap, then the other targets it misses, each counted once (honest drops, cost)."""
+    by_trigger = judged.get("backdoor_by_trigger") or {}
+    lost = {a for a, gap in judged["gaps"].items() if gap > TARGET_GAP}
+    lost |= {a for a, success in by_trigger.items() if success is not None and success > TARGET_ASR}
+    counted = {*judged["gaps"], "backdoor-success"}
+    others = {m.split(":")[0] for m in judged["misses"] if m not in counted}
+    return len(lost), judged["worst_gap"], len(others)
 
 
 def run(plan: RobustPlan, ctx: Context) -> Result:
