@@ -68,6 +68,17 @@ def test_the_profile_averages_the_trusted_magnitudes_once_a_version():
     np.testing.assert_allclose(bound.profile, [1.0, 1.0])  # |g_s|, averaged
 
 
+def test_the_body_bound_leaves_the_output_layer_as_it_came():
+    class Headed(Reference):
+        def head(self) -> tuple[slice, slice]:
+            return slice(2, 3), slice(3, 4)  # the output layer: the last two parameters
+
+    inner = Recorder()
+    bound = TrustedBound(inner, bound=1.0, layers="body", reference=Headed([1.0, 0.0, 1.0, 1.0]))
+    bound.receive(arrival([1.0, 1.0, 9.0, -9.0]))
+    np.testing.assert_allclose(inner.seen[0], [1.0, 0.0, 9.0, -9.0])  # the body's second: never moved
+
+
 def test_without_a_trusted_gradient_a_push_passes_as_it_came():
     inner = Recorder()
     TrustedBound(inner, reference=None).receive(arrival([1.0, -2.0]))

@@ -102,6 +102,8 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # backdoor's patch feeds weights the trusted digits barely move (server/strategies/trusted_bound.py)
     "fltrust-parts-check-bound": ({"name": "trusted-bound"}, *PARTS_CHECK),
     **{f"fltrust-parts-check-bound{b}": ({**BOUND, "bound": b}, *PARTS_CHECK) for b in (2, 3, 8)},
+    # the output layer left unbounded (a device's labels concentrate its gradient there)
+    "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,
@@ -264,7 +266,7 @@ def simulate(run: Run) -> dict[str, Any]:
 CANDIDATES = (
     *("none", "kardam", "centered-clip", "geometric-median", "trimmed-mean", "median", "trusted-score"),
     *("fltrust", "norm-noise", "fltrust-labels-device", "fltrust-labels-veto", "fltrust-labels-support"),
-    *("fltrust-parts-check", "fltrust-parts-check-bound"),
+    *("fltrust-parts-check", "fltrust-parts-check-bound", "fltrust-parts-check-body-bound"),
 )
 
 

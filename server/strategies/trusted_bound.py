@@ -45,6 +45,9 @@ class TrustedBoundSettings(WrapperSettings):
     memory: int = Field(
         50, ge=1, le=100_000, description="the trusted profile averages |g_s| over the last ~this many"
     )
+    layers: Literal["all", "body"] = Field(
+        "all", description="bound every parameter, or those under the output layer only (body)"
+    )
 
 
 class TrustedBound(StrategyWrapper):
@@ -57,10 +60,11 @@ class TrustedBound(StrategyWrapper):
         *,
         bound: float = 4.0,
         memory: int = 50,
+        layers: Literal["all", "body"] = "all",
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
-        self.bound, self.memory, self.reference = bound, memory, reference
+        self.bound, self.memory, self.layers, self.reference = bound, memory, layers, reference
         self.profile: np.ndarray | None = None  # the average |g_s|, float64
         self.profiled: int | None = None  # the version last folded into it
         self.received = self.clipped = 0
@@ -91,6 +95,9 @@ class TrustedBound(StrategyWrapper):
         if norm == 0.0 or scale == 0.0:
             return self.inner.receive(arrival)
         limit = (profile * (self.bound * norm / scale)).astype(np.float32)
+        head = None if self.layers == "all" or self.reference is None else self.reference.head()
+        if head is not None:  # the output layer unbounded: a device's labels concentrate it there
+            limit[min(head[0].start or 0, head[1].start or 0) :] = np.inf
         bounded = np.clip(gradient, -limit, limit)
         kept = float(np.linalg.norm(bounded))
         if kept < norm:
