@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-# One BLAS thread a process: the lab runs its simulations in a pool of FLEET_WORKERS processes, and
-# OpenBLAS's own threads on top oversubscribed the cores (with two workers on two cores a 100k-float dot
-# took 10x as long, and a robust run 2.4x). Set before numpy loads; the pool inherits it; a value set
-# outside wins.
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_variable, "1")
+# One thread for numpy's BLAS (OpenBLAS) a process: the lab runs its simulations in a pool of
+# FLEET_WORKERS processes, and OpenBLAS's own threads on top oversubscribed the cores (with two workers on
+# two cores a 100k-float dot took 10x as long, and a robust run 2.4x). Set before numpy loads; the pool
+# inherits it; a value set outside wins. OpenMP's is left alone: torch (Flower's side of `lab run peer`)
+# reads that one.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"

@@ -40,6 +40,12 @@ def backdoors(judgements: list[dict[str, Any]]) -> str:
     return " / ".join(_pct(_median([j["backdoor_by_trigger"][t] for j in judgements])) for t in triggers)
 
 
+def triggers(by_defence: dict[str, list[dict[str, Any]]]) -> str:
+    """The triggers the backdoor column lists, in its order (older results had the corner one only)."""
+    first = next(iter(by_defence.values()))[0]
+    return " / ".join(first.get("backdoor_by_trigger") or {}) or "the corner trigger"
+
+
 def bound(s: dict[str, Any], fleet: str, share: float, seeds: list[int]) -> str:
     """The clean fleet's lead over a perfect filter (the attackers' pushes lost on the way), median over
     ``seeds`` and each seed's, or "" when not measured (results before 2026-11-28)."""
@@ -93,8 +99,8 @@ def markdown(result: Result, plan: Any) -> str:
             f"## `{fleet}`: {info['devices']} devices, {info['model']}, "
             f"{round(s['fleet_shares'][fleet] * info['devices'])} Byzantine, median over seeds {s['seeds']}",
             "",
-            "Gap in points (honest pushes dropped). Backdoor success: of each trigger (the corner's / the"
-            " inset one's, where there are two), median over the seeds.",
+            "Gap in points (honest pushes dropped). Backdoor success: of each trigger, median over the seeds"
+            f" ({triggers(by_defence)}).",
             "",
             "| defence | " + " | ".join(attacks) + " | backdoor success | cost |",
             "|---|" + "---|" * (len(attacks) + 2),
