@@ -23,7 +23,8 @@ Two stages, so the recommendation never sees the reported seeds:
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
    on the others, and the recommended one against each attack at every share of ``shares`` (the heatmap
-   and the f-curve). About 570 runs: about 80 minutes on 2 cores (one BLAS thread a process: lab/__init__.py).
+   and the f-curve). About 570 runs: about 80 minutes on 2 cores (one BLAS thread a worker: protocol.py
+   ``one_blas_thread``).
 
 A seed is the data's shuffle and split and the simulator's timing and batches: ``Workload`` with its
 seeds replaced. The rates are the default's own (untuned); the defences' own parameters are their

@@ -48,7 +48,9 @@ def main() -> None:
         for a in args.attacks.split(",")
         for d in args.defences.split(",")
     ]
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for line in pool.map(one, jobs):
             print(json.dumps(line), flush=True)
 
