@@ -32,6 +32,7 @@ CODE = (
     "lab/experiments/default_search_judge.py",
     "lab/experiments/peer_fleets.py",
     "lab/experiments/robust.py",
+    "lab/experiments/robust_suite.py",
     "lab/experiments/online_vs_standard.py",
     "lab/experiments/online_arms.py",
 )
