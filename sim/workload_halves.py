@@ -122,9 +122,21 @@ EIGHTH_HELD_BACK: tuple[str, ...] = (
 # the ninth weighs a buffer's gradients by their batches (the eighth's held-back half, reported 2026-11-28,
 # included: judged against configurations tuned on other seeds, its I-Prof fleet was its one MLP
 # workload slowed by the default's rate, and a probe found the seen I-Prof fleets ending higher so)
+NINTH_HELD_BACK: tuple[str, ...] = (
+    "labels2-mlp-iprof",
+    "dirichlet10-mlp-iprof",
+    "labels4-1000dev-iprof",
+    "dirichlet0.5-mlp-100dev-shuffled",
+    "labels2-mlp-batch32-30x",
+    "dirichlet0.5-logreg-100dev",
+    "labels1-cnn-batch32",
+    "adjacent-logreg-30x",
+)
+# the tenth chooses on every workload seen so far (the ninth's held-back half, reported 2026-11-29,
+# included: an I-Prof MLP fleet wanted half the rate, the CNN at batch 32 two to four times it)
 SEEN: tuple[str, ...] = (
     *THIRD_CHOICE, *THIRD_HELD_BACK, *FOURTH_HELD_BACK, *FIFTH_HELD_BACK, *SIXTH_HELD_BACK,
-    *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK,
+    *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK, *NINTH_HELD_BACK,
 )  # fmt: skip
 CNN_CHOICE: tuple[str, ...] = (
     "labels2-cnn",
