@@ -34,7 +34,10 @@ from server.strategies import RECOMMENDED_DEFENCE
 # --robust: the recommended robust configuration (server/strategies/__init__.py), trusted-score on
 # TRUSTED_SAMPLES training digits the server holds
 ROBUST: tuple[dict[str, Any], ...] = RECOMMENDED_DEFENCE
-ROBUST_NAME = "FLTrust by each device's standing against the trusted digits of its own labels"
+ROBUST_NAME = (
+    "each push held to its claimed labels, FLTrust by each device's standing against the trusted digits of"
+    " its labels, layer by layer, and a per-parameter bound from the trusted gradients"
+)
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
 

@@ -62,13 +62,17 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
 }
 
 # issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data
-# is the deployment's): FLTrust's weighing by each device's standing over its last ~10 gradients, each
-# scored against the trusted digits of the labels the device has trained on so far, no gradient lengthened
-# or weighing over its own. `fleet experiment robust` chose it on its tuning seed (2026-11-28, twice);
-# docs/results/robust.md has what it holds and what it does not (the backdoors).
+# is the deployment's): label-check holds each push to the labels it claims (a lie is caught); FLTrust
+# weighs it by the device's standing against the trusted digits of its labels, the output layer and the
+# layers under it each scored (no gradient lengthened or weighing over its own); trusted-bound clips each
+# coordinate under the output layer to 4x its share of the trusted gradients (a backdoor's patch feeds weights
+# the trusted digits barely move). `fleet experiment robust` chose it on its tuning seed (2026-11-29);
+# docs/results/robust.md has what it holds and what it does not (a trigger where digits have ink).
 RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
+    {"name": "trusted-bound", "layers": "body"},
     {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
-     "by_labels": "device", "max_weight": 1.0},
+     "by_labels": "device", "max_weight": 1.0, "parts": "each"},
+    {"name": "label-check"},
 )  # fmt: skip
 
 
