@@ -107,16 +107,12 @@ STEPPING = ("centered-clip", "robust-aggregation", "norm-noise")  # replace the 
 
 def _trusted_data(settings: Settings) -> str | None:
     names = [wrapper.name for wrapper in settings.wrappers]
-    if "label-check" in names and "trusted-score" not in names:
-        return (
-            "FLEET_WRAPPERS entry label-check requires a trusted-score entry with its data: it holds each"
-            " push to the trusted digits of the labels it claims"
-        )
-    if "trusted-bound" in names and "trusted-score" not in names:
-        return (
-            "FLEET_WRAPPERS entry trusted-bound requires a trusted-score entry with its data: it bounds each"
-            " push's coordinates by the gradient on those trusted digits"
-        )
+    for name in names:  # label-check, trusted-bound: they read the gradient on trusted-score's data
+        if getattr(WRAPPERS[name], "uses_reference", False) and "trusted-score" not in names:
+            return (
+                f"FLEET_WRAPPERS entry {name} requires a trusted-score entry with its data: it holds each"
+                " push to the server's gradient on those trusted digits"
+            )
     for wrapper in settings.wrappers:
         if wrapper.name != "trusted-score":
             continue

@@ -67,37 +67,41 @@ class TrustedBound(StrategyWrapper):
         self.bound, self.memory, self.layers, self.reference = bound, memory, layers, reference
         self.profile: np.ndarray | None = None  # the average |g_s|, float64
         self.profiled: int | None = None  # the version last folded into it
+        self.limits: np.ndarray | None = None  # bound × p_j / ‖p‖ (inf where unbounded), float32
         self.received = self.clipped = 0
         self.removed = 0.0  # the sum over pushes of the share of ‖g‖² taken off
 
-    def update_profile(self, version: int) -> np.ndarray | None:
-        """The profile, with g_s at ``version`` folded in once (an exponential average over ~memory)."""
+    def limits_at(self, version: int) -> np.ndarray | None:
+        """Each parameter's limit per unit of a push's norm, with g_s at ``version`` folded into the
+        profile once (an exponential average over ~memory); None before there is one or while it is 0."""
         if self.profiled == version or self.reference is None:
-            return self.profile
+            return self.limits
         trusted = self.reference.gradient()
         if trusted is None:
-            return self.profile
+            return self.limits
         magnitude = np.abs(trusted.astype(np.float64))
         if self.profile is None or self.profile.shape != magnitude.shape:
             self.profile = magnitude
         else:
             self.profile += (magnitude - self.profile) * (2.0 / (self.memory + 1))
         self.profiled = version
-        return self.profile
+        scale = float(np.linalg.norm(self.profile))
+        self.limits = None if scale == 0.0 else (self.profile * (self.bound / scale)).astype(np.float32)
+        head = None if self.limits is None or self.layers == "all" else self.reference.head()
+        if head is not None:  # the output layer unbounded: a device's labels concentrate it there
+            self.limits[min(head[0].start or 0, head[1].start or 0) :] = np.inf
+        return self.limits
 
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
-        profile = self.update_profile(arrival.base_version + arrival.staleness)
+        limits = self.limits_at(arrival.base_version + arrival.staleness)
         gradient = arrival.gradient
-        if profile is None or profile.shape != gradient.shape:
+        if limits is None or limits.shape != gradient.shape:
             return self.inner.receive(arrival)
-        norm, scale = float(np.linalg.norm(gradient)), float(np.linalg.norm(profile))
-        if norm == 0.0 or scale == 0.0:
+        norm = float(np.linalg.norm(gradient))
+        if norm == 0.0:
             return self.inner.receive(arrival)
-        limit = (profile * (self.bound * norm / scale)).astype(np.float32)
-        head = None if self.layers == "all" or self.reference is None else self.reference.head()
-        if head is not None:  # the output layer unbounded: a device's labels concentrate it there
-            limit[min(head[0].start or 0, head[1].start or 0) :] = np.inf
+        limit = limits * np.float32(norm)
         bounded = np.clip(gradient, -limit, limit)
         kept = float(np.linalg.norm(bounded))
         if kept < norm:
