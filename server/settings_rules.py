@@ -107,11 +107,11 @@ STEPPING = ("centered-clip", "robust-aggregation", "norm-noise")  # replace the 
 
 def _trusted_data(settings: Settings) -> str | None:
     names = [wrapper.name for wrapper in settings.wrappers]
-    for name in names:  # label-check, trusted-bound: they read the gradient on trusted-score's data
-        if getattr(WRAPPERS[name], "uses_reference", False) and "trusted-score" not in names:
+    for wrapper in settings.wrappers:  # label-check, trusted-bound: they read the gradient on trusted data
+        if WRAPPERS[wrapper.name].needs_reference(wrapper) and "trusted-score" not in names:
             return (
-                f"FLEET_WRAPPERS entry {name} requires a trusted-score entry with its data: it holds each"
-                " push to the server's gradient on those trusted digits"
+                f"FLEET_WRAPPERS entry {wrapper.name} requires a trusted-score entry with its data: it reads"
+                " the server's gradient on those trusted digits"
             )
     for wrapper in settings.wrappers:
         if wrapper.name != "trusted-score":

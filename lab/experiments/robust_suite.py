@@ -68,6 +68,17 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     **{f"fltrust-parts-check-bound{b}": ({**BOUND, "bound": b}, *PARTS_CHECK) for b in (2, 3, 8)},
     # the output layer left unbounded (a device's labels concentrate its gradient there)
     "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
+    # and FoolsGold's collusion weights (server/strategies/foolsgold.py): a backdoor's attackers push alike
+    **{
+        f"fltrust-parts-check-body-bound-fg{tag}": ({**BOUND, "layers": "body"}, *PARTS_CHECK, fg)
+        for tag, fg in (
+            ("", {"name": "foolsgold", "layers": "body"}),
+            ("-raw", {"name": "foolsgold", "layers": "body", "center": "none"}),
+            ("-labels", {"name": "foolsgold", "layers": "body", "center": "labels"}),
+            ("-all", {"name": "foolsgold"}),
+        )
+    },
+    "foolsgold": ({"name": "foolsgold", "center": "none"},),  # as published: raw histories, every layer
     "fltrust-labels-support": (
         {"name": "sign-vote", "count": "support", "against": "zero", "threshold": 0.4},
         FLTRUST_LABELS_DEVICE,
@@ -112,6 +123,7 @@ COUNTED = ("dropped", "clipped", "downweighted")  # a defence's own counters (de
 # (the probes' variants of the bound, 2x, 3x and 8x, are left to lab/probes/body_score.py)
 CANDIDATES = (
     *("none", "kardam", "centered-clip", "geometric-median", "trimmed-mean", "median", "trusted-score"),
-    *("fltrust", "norm-noise", "fltrust-labels-device", "fltrust-labels-veto", "fltrust-labels-support"),
+    *("fltrust", "norm-noise", "foolsgold", "fltrust-labels-device", "fltrust-labels-veto"),
+    "fltrust-labels-support",
     *("fltrust-parts-check", "fltrust-parts-check-bound", "fltrust-parts-check-body-bound"),
 )

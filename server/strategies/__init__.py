@@ -27,6 +27,7 @@ from server.strategies.fedadam import FedAdam, FedYogi
 from server.strategies.fedavg_async import FedAvgAsync
 from server.strategies.fedbuff import FedBuff
 from server.strategies.fedbuff_equal import FedBuffEqual
+from server.strategies.foolsgold import FoolsGold
 from server.strategies.guard import LossGuard
 from server.strategies.kardam import Kardam
 from server.strategies.label_check import LabelCheck
@@ -58,7 +59,7 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
     for cls in (Kardam, ClipNorm, WarmUp, LossGuard, EqualShare, FleetStaleness, ConcurrencyScale, Momentum)
     + (ServingAverage, SampleWeight)
     + (CenteredClip, RobustAggregation, TrustedScore, NormNoise, SignVote, LabelCheck)  # issue 30's defences
-    + (TrustedBound,)
+    + (TrustedBound, FoolsGold)
 }
 
 # issue 30's recommended robust configuration, innermost first (FLEET_WRAPPERS entries; trusted-score's data

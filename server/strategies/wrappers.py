@@ -45,6 +45,11 @@ class StrategyWrapper(Strategy):
     def __init__(self, inner: Strategy) -> None:  # noqa: D107 - no Strategy.__init__: inner holds the state
         self.inner = inner
 
+    @classmethod
+    def needs_reference(cls, config: WrapperSettings) -> bool:
+        """Whether this configuration reads the trusted gradient port (``uses_reference``: given one)."""
+        return bool(getattr(cls, "uses_reference", False))
+
     name = property(lambda self: self.inner.name)  # type: ignore[assignment]
     average = property(lambda self: self.inner.average)  # type: ignore[assignment]
 
