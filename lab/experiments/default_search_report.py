@@ -54,6 +54,11 @@ def _seeds(summary: dict[str, Any]) -> str:
     seeds = summary.get("seeds")
     if not seeds:
         return "one seed"
+    if not summary["choice_workloads"]:
+        return (
+            f"seeds {', '.join(map(str, seeds['held_back']))} (a configuration reaches a target when most of "
+            "its seeds do, at their median time)"
+        )
     return (
         f"seed {', '.join(map(str, seeds['choice']))} on the choice half and "
         f"{', '.join(map(str, seeds['held_back']))} on the held-back half (a configuration reaches a target "
@@ -105,7 +110,12 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         "only; the shipped default is reported on the held-back "
         f"half, which the choice never saw. Figure: [{name}.png]({name}.png).",
         "",
-        f"**Shipped default: {default}, {rate}** (the choice half picked {summary['chosen']}).",
+        f"**Shipped default: {default}, {rate}** "
+        + (
+            f"(the choice half picked {summary['chosen']})."
+            if summary["choice"]
+            else f"({summary['chosen']}: no choice this time, the shipped default checked on a fresh half)."
+        ),
         "",
         *_redrawn(summary),
         "",
@@ -134,13 +144,14 @@ def markdown(summary: dict[str, Any], name: str) -> str:
         f"{sum(not d for d in dead.values())}"
         + "".join(f"; {wl} at ×{', ×'.join(d)}" for wl, d in dead.items() if d)
     )
-    lines += [
-        "",
-        "## Choice half: the candidates' time to each workload's target over the best tuned run's",
-        "",
-        "| candidate | targets missed | worst ratio (over those reached) | mean ratio |",
-        "| --- | --- | --- | --- |",
-    ]
+    if summary["choice"]:
+        lines += [
+            "",
+            "## Choice half: the candidates' time to each workload's target over the best tuned run's",
+            "",
+            "| candidate | targets missed | worst ratio (over those reached) | mean ratio |",
+            "| --- | --- | --- | --- |",
+        ]
     for cand, c in summary["choice"].items():
         worst = "—" if c["worst"] is None else f"{c['worst']:.2f}×"
         mean = "—" if c["mean"] is None else f"{c['mean']:.2f}×"
@@ -159,12 +170,16 @@ def markdown(summary: dict[str, Any], name: str) -> str:
 def _redrawn(summary: dict[str, Any]) -> list[str]:
     """Where the workloads come from: each earlier held-back half, reported once, is chosen on since."""
     seen = len(summary["choice_workloads"])
+    chose = (
+        f"This search chose on {seen} of them ({', '.join(summary['choice_workloads'])})."
+        if seen
+        else "This run chose nothing: it checks the shipped default."
+    )
     return [
         "Each earlier search's held-back half was reported once and then joined the workloads a default may "
         "be chosen on (sim/workload_halves.py; what each showed and what the next search chose from it: "
-        f"[default-history.md](../default-history.md)). This search chose on {seen} of them "
-        f"({', '.join(summary['choice_workloads'])}). The held-back half below is a fresh one, drawn before "
-        "any run on it.",
+        f"[default-history.md](../default-history.md)). {chose} The held-back half below is a fresh one, "
+        "drawn before any run on it.",
         "",
     ]
 
