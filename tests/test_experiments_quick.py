@@ -391,3 +391,20 @@ def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():
     results = Path(__file__).resolve().parents[1] / "docs" / "results" / "robust.json"
     chosen = json.loads(results.read_text())["summary"]["recommended"]
     assert tuple(DEFENCES[chosen]) == tuple(RECOMMENDED_DEFENCE), chosen
+
+
+@pytest.mark.timeout(180)
+def test_default_search_with_no_choice_half_checks_its_one_candidate_on_the_held_back_half(tmp_path):
+    from dataclasses import replace
+
+    from lab.experiments.default_search import QUICK_PLAN
+    from lab.runner import run as run_entry
+
+    with pytest.raises(ValueError, match="exactly one candidate"):
+        run_entry("default-search", quick=True, out_dir=tmp_path, plan=replace(QUICK_PLAN, choice=()))
+    plan = replace(QUICK_PLAN, choice=(), candidates=(("fedbuff-equal", 0.4),))
+    s = run_entry("default-search", quick=True, out_dir=tmp_path, plan=plan).summary
+    assert s["choice"] == {} and s["choice_workloads"] == [] and s["chosen"] == "fedbuff-equal@0.4"
+    assert set(s["judged"]) == set(s["held_back"]) == {"labels2-mlp"}
+    text = (tmp_path / "default-search-quick.md").read_text()
+    assert "Held-back workloads" in text and "Choice half" not in text and "chose nothing" in text
