@@ -361,7 +361,7 @@ def test_the_robust_choice_ranks_attacks_held_before_honest_work_dropped():
     lossy = {"gaps": {"a": 0.7, "b": 0.5, "c": 0.01}, "worst_gap": 0.7, "misses": ["a", "b"]}
     strict = {"gaps": {"a": 0.12, "b": 0.01, "c": 0.01}, "worst_gap": 0.12,
               "misses": ["a", "drop:a", "drop:b", "drop:c", "drop:clean", "backdoor-success"]}  # fmt: skip
-    assert standing(strict) == (1, 0.12, 1) and standing(lossy) == (2, 0.7, 0)
+    assert standing(strict) == (1, 6.0, 1) and standing(lossy) == (2, 35.0, 0)
     assert sorted([lossy, strict], key=standing)[0] is strict
 
 
@@ -374,9 +374,23 @@ def test_the_robust_choice_counts_each_backdoor_trigger_as_an_attack():
                "backdoor_by_trigger": {"backdoor": 1.0, "backdoor-inset": 0.99}}  # fmt: skip
     one = {"gaps": gaps, "worst_gap": 0.018, "misses": ["backdoor-success"],
            "backdoor_by_trigger": {"backdoor": 0.004, "backdoor-inset": 0.7}}  # fmt: skip
-    assert standing(neither) == (2, 0.013, 0) and standing(one) == (1, 0.018, 0)
+    assert standing(neither) == (2, 10.0, 0) and standing(one) == (1, 7.0, 0)
     lossy = {**one, "gaps": {**gaps, "backdoor-inset": 0.05}, "worst_gap": 0.05}  # lost twice over: once
     assert standing(lossy)[0] == 1
+
+
+def test_the_robust_choice_weighs_a_lost_attack_against_its_target():
+    """One attack lost each: a trigger at 77% success is a worse loss than a gap of 2.2 points, though the
+    first defence's worst gap (1.8 points) is the smaller."""
+    from lab.experiments.robust import standing
+
+    trigger_lost = {"gaps": {"alie": 0.018, "backdoor-inset6": 0.01}, "worst_gap": 0.018,
+                    "misses": ["backdoor-success"],
+                    "backdoor_by_trigger": {"backdoor-inset6": 0.775}}  # fmt: skip
+    gap_lost = {"gaps": {"alie": 0.022, "backdoor-inset6": 0.008}, "worst_gap": 0.022, "misses": ["alie"],
+                "backdoor_by_trigger": {"backdoor-inset6": 0.066}}  # fmt: skip
+    assert standing(trigger_lost)[:2] == (1, 7.75) and standing(gap_lost)[:2] == (1, 1.1)
+    assert sorted([trigger_lost, gap_lost], key=standing)[0] is gap_lost
 
 
 def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():

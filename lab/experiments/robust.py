@@ -12,7 +12,8 @@ Two stages, so the recommendation never sees the reported seeds:
 
 1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on the
    first fleet; the recommended defence is the one that loses the fewest attacks (more than 2 points below
-   the clean fleet, or a backdoor trigger past 10% success), then has the smallest worst gap, then misses
+   the clean fleet, or a backdoor trigger past 10% success), then has the smallest worst result against its
+   target (a gap over 2 points, a success over 10%; until 2026-11-29 the worst gap alone), then misses
    the fewest of the other targets, each counted once (≤ 10% honest pushes dropped, ≤ 1.2× the undefended
    time to the target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack
    for honest drops too, and the first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet
@@ -48,6 +49,7 @@ from lab.experiments.robust_suite import (
     DEFENCES,
     FLEETS,
     KARDAM_SHARE,
+    RERUN,
     SILENT,
     TARGETS,
     TRUSTED_SAMPLES,
@@ -191,6 +193,7 @@ class RobustPlan(Plan):
 
 
 FULL = RobustPlan()
+RERUN_PLAN = RobustPlan(defences=RERUN)  # ``python -m lab.experiments.robust --rerun``
 QUICK = RobustPlan(quick=True, fleets=("quick",), defences=("none", "centered-clip", "geometric-median"),
                    attacks=("sign-flip", "alie"), shares=(0.3,), seeds=(1,))  # fmt: skip
 
@@ -230,13 +233,20 @@ def judge(
 def standing(judged: dict[str, Any]) -> tuple[int, float, int]:
     """A defence's rank on the tuning seed: the attacks it loses first (more than the gap target below the
     clean fleet, or for a backdoor, its success past the target: each trigger an attack of its own), then
-    its worst gap, then the other targets it misses, each counted once (honest drops, cost)."""
+    its worst result against that result's target (a gap over 2 points, a trigger's success over 10%: a
+    backdoor at 77% is a worse loss than a gap of 2.2 points), then the other targets it misses, each
+    counted once (honest drops, cost)."""
     by_trigger = judged.get("backdoor_by_trigger") or {}
     lost = {a for a, gap in judged["gaps"].items() if gap > TARGET_GAP}
     lost |= {a for a, success in by_trigger.items() if success is not None and success > TARGET_ASR}
+    worst = max(
+        [gap / TARGET_GAP for gap in judged["gaps"].values()]
+        + [success / TARGET_ASR for success in by_trigger.values() if success is not None],
+        default=0.0,
+    )
     counted = {*judged["gaps"], "backdoor-success"}
     others = {m.split(":")[0] for m in judged["misses"] if m not in counted}
-    return len(lost), judged["worst_gap"], len(others)
+    return len(lost), round(worst, 6), len(others)
 
 
 def run(plan: RobustPlan, ctx: Context) -> Result:
@@ -334,3 +344,14 @@ def plot(result: Result) -> Any:
 
 
 EXPERIMENT = Experiment(NAME, QUICK, FULL, run, markdown, plot, title="Byzantine robustness")
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m lab.experiments.robust --rerun`
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the robust experiment's rerun plan (RERUN_PLAN)")
+    parser.add_argument("--rerun", action="store_true", required=True)
+    parser.parse_args()
+    from lab.runner import run as run_entry
+
+    run_entry(NAME, quick=False, plan=RERUN_PLAN)

@@ -7,6 +7,7 @@ from statistics import median
 from typing import Any
 
 from lab.contract import Result
+from lab.experiments.robust_suite import CANDIDATES
 from lab.render import figure
 
 
@@ -70,7 +71,13 @@ def markdown(result: Result, plan: Any) -> str:
     lines = [
         "# Byzantine robustness: the attacks crossed with the defences (issue 30)",
         "",
-        "`python -m lab run robust` (or `fleet experiment robust`): the default strategy inside each",
+        (
+            "`python -m lab run robust` (or `fleet experiment robust`)"
+            if set(s["choice"]) | {"none"} >= set(CANDIDATES)
+            else "`python -m lab.experiments.robust --rerun` (the last full choice's first two and the new"
+            " candidates, with the undefended and Kardam; `python -m lab run robust` runs every candidate)"
+        )
+        + ": the default strategy inside each",
         f"defence, {round(100 * s['share'])}% of the devices Byzantine (omniscient, colluding:",
         "sim/adversary.py), in the simulator (real ONNX gradients, virtual seconds). A gap is the clean,",
         "undefended fleet's final accuracy minus the run's (mean of the last 5 evaluations), in points;",

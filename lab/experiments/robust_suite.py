@@ -68,6 +68,31 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     **{f"fltrust-parts-check-bound{b}": ({**BOUND, "bound": b}, *PARTS_CHECK) for b in (2, 3, 8)},
     # the output layer left unbounded (a device's labels concentrate its gradient there)
     "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
+    # and label-check's row test on a device's standing over ~30 pushes (the bound keeps a backdoor out at the
+    # start, so its attackers' output rows keep disagreeing with the trusted ones: docs/robustness.md, tenth)
+    "fltrust-parts-check-body-bound-rows": (
+        {**BOUND, "layers": "body"},
+        PARTS_CHECK[0],
+        {"name": "label-check", "threshold": 0.0, "memory": 30},
+    ),  # fmt: skip
+    # the probes' variants: thresholds and memories (a device whose output rows disagree is dropped)
+    **{
+        f"fltrust-parts-check-body-bound-rows{t}": (
+            {**BOUND, "layers": "body"},
+            PARTS_CHECK[0],
+            {"name": "label-check", "threshold": t},
+        )
+        for t in (-0.2, -0.1, 0.0, 0.1, 0.25)
+    },  # fmt: skip
+    **{
+        f"fltrust-parts-check-body-bound-rows{t}-m{m}": (
+            {**BOUND, "layers": "body"},
+            PARTS_CHECK[0],
+            {"name": "label-check", "threshold": t, "memory": m},
+        )
+        for t in (-0.1, -0.05, 0.0)
+        for m in (20, 30, 50)
+    },  # fmt: skip
     # and FoolsGold's collusion weights (server/strategies/foolsgold.py): a backdoor's attackers push alike
     **{
         f"fltrust-parts-check-body-bound-fg{tag}": ({**BOUND, "layers": "body"}, *PARTS_CHECK, fg)
@@ -126,4 +151,9 @@ CANDIDATES = (
     *("fltrust", "norm-noise", "foolsgold", "fltrust-labels-device", "fltrust-labels-veto"),
     "fltrust-labels-support",
     *("fltrust-parts-check", "fltrust-parts-check-bound", "fltrust-parts-check-body-bound"),
+    "fltrust-parts-check-body-bound-rows",
 )
+# the tenth look's rerun (2026-11-29): the last full choice's first two, the new candidates, and the
+# undefended and Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624)
+RERUN = ("none", "kardam", "fltrust-parts-check", "fltrust-parts-check-body-bound", "foolsgold",
+         "fltrust-parts-check-body-bound-rows")  # fmt: skip
