@@ -35,8 +35,9 @@ from server.strategies import RECOMMENDED_DEFENCE
 # TRUSTED_SAMPLES training digits the server holds
 ROBUST: tuple[dict[str, Any], ...] = RECOMMENDED_DEFENCE
 ROBUST_NAME = (
-    "each push held to its claimed labels, FLTrust by each device's standing against the trusted digits of"
-    " its labels, layer by layer, and a per-parameter bound from the trusted gradients"
+    "each push held to its claimed labels and each device's output rows to the trusted digits', FLTrust by"
+    " each device's standing against the trusted digits of its labels, layer by layer, and a per-parameter"
+    " bound from the trusted gradients"
 )
 TRUSTED_SAMPLES = 64
 PHONES = (("Galaxy S6", 7.0), ("Galaxy S7", 4.6), ("Galaxy S8", 3.0), ("Galaxy S9", 1.8), ("Galaxy S10", 1.0))
