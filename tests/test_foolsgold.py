@@ -79,3 +79,13 @@ def test_the_settings_take_it_alone_and_want_trusted_data_only_for_the_body_or_l
     for entry in ({"name": "foolsgold", "layers": "body"}, {"name": "foolsgold", "center": "labels"}):
         with pytest.raises(ValidationError, match="foolsgold requires a trusted-score"):
             Settings(_env_file=None, wrappers=[entry])
+
+
+def test_the_cosines_kept_from_the_gram_matrix_are_those_of_the_histories_themselves():
+    for center in ("none", "fleet"):
+        fg, _ = fleet(center, rounds=3, seed=1)
+        compared = np.arange(len(fg.counts))
+        unit = fg.units_of(fg.histories)
+        if center == "fleet":
+            unit = fg.units_of(unit - unit.mean(axis=0))
+        np.testing.assert_allclose(fg.cosines(compared), unit @ unit.T, atol=1e-9)

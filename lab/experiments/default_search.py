@@ -296,8 +296,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
             [judged[wl]["runs"]["{}@{}".format(*own(c, wl))]["ratio"] for wl in plan.choice]
         )
         for c in plan.candidates
-        if plan.choice
-    }
+    } if plan.choice else {}  # fmt: skip
     chosen = min(plan.candidates, key=lambda c: rank(choice[label(*c)])) if choice else plan.candidates[0]
     # 2. the held-back half: the baselines and the chosen one at x0.25 to x4 of its rate
     arm, rates = chosen

@@ -27,6 +27,14 @@ FLTRUST_LABELS_DEVICE = {**FLTRUST_DEVICE, "scale": "fleet-down", "by_labels": "
 PARTS_CHECK = ({**FLTRUST_LABELS_DEVICE, "parts": "each"}, {"name": "label-check"})
 BOUND = {"name": "trusted-bound"}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
+
+
+def _rows(threshold: float, memory: int = 10) -> tuple[dict[str, Any], ...]:
+    """The body bound and FLTrust scoring each part, inside label-check with its row test on."""
+    return ({**BOUND, "layers": "body"}, PARTS_CHECK[0], {"name": "label-check", "threshold": threshold,
+            "memory": memory})  # fmt: skip
+
+
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "none": (),
     "kardam": ({"name": "kardam"},),  # its f: KARDAM_SHARE of the fleet, attacked or not
@@ -70,29 +78,14 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
     # and label-check's row test on a device's standing over ~30 pushes (the bound keeps a backdoor out at the
     # start, so its attackers' output rows keep disagreeing with the trusted ones: docs/robustness.md, tenth)
-    "fltrust-parts-check-body-bound-rows": (
-        {**BOUND, "layers": "body"},
-        PARTS_CHECK[0],
-        {"name": "label-check", "threshold": 0.0, "memory": 30},
-    ),  # fmt: skip
+    "fltrust-parts-check-body-bound-rows": _rows(0.0, 30),
     # the probes' variants: thresholds and memories (a device whose output rows disagree is dropped)
+    **{f"fltrust-parts-check-body-bound-rows{t}": _rows(t) for t in (-0.2, -0.1, 0.0, 0.1, 0.25)},
     **{
-        f"fltrust-parts-check-body-bound-rows{t}": (
-            {**BOUND, "layers": "body"},
-            PARTS_CHECK[0],
-            {"name": "label-check", "threshold": t},
-        )
-        for t in (-0.2, -0.1, 0.0, 0.1, 0.25)
-    },  # fmt: skip
-    **{
-        f"fltrust-parts-check-body-bound-rows{t}-m{m}": (
-            {**BOUND, "layers": "body"},
-            PARTS_CHECK[0],
-            {"name": "label-check", "threshold": t, "memory": m},
-        )
+        f"fltrust-parts-check-body-bound-rows{t}-m{m}": _rows(t, m)
         for t in (-0.1, -0.05, 0.0)
         for m in (20, 30, 50)
-    },  # fmt: skip
+    },
     # and FoolsGold's collusion weights (server/strategies/foolsgold.py): a backdoor's attackers push alike
     **{
         f"fltrust-parts-check-body-bound-fg{tag}": ({**BOUND, "layers": "body"}, *PARTS_CHECK, fg)

@@ -33,6 +33,7 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
+from server.strategies.trusted_score import LabelGradients, device_counts, head_start
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 
@@ -79,9 +80,11 @@ class FoolsGold(StrategyWrapper):
         self.confidence, self.warm_up, self.reference = confidence, warm_up, reference
         self.rows: dict[str, int] = {}  # device → its row in ``histories``
         self.histories = np.zeros((0, sketch))
+        self.units = np.zeros((0, sketch))  # each history at unit length (a zero one stays zero)
+        self.gram = np.zeros((0, 0))  # units @ units.T, a push changing one row and column
         self.counts = np.zeros(0, dtype=np.int64)
         self.labels_seen: dict[str, np.ndarray] = {}
-        self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})
+        self.by_label = LabelGradients()
         self.hashed: tuple[int, np.ndarray, np.ndarray] | None = None  # (parameters, bucket, sign)
         self.received = self.dropped = 0
         self.last_weight: float | None = None
@@ -94,7 +97,7 @@ class FoolsGold(StrategyWrapper):
         head = None if self.layers == "all" or self.reference is None else self.reference.head()
         if head is None:
             return slice(0, size)
-        start = min(head[0].start or 0, head[1].start or 0)
+        start = head_start(head)
         if start == 0:  # the output layer is the whole model: there is no body
             return slice(0, size)
         return slice(0, start) if self.layers == "body" else slice(start, size)
@@ -111,22 +114,6 @@ class FoolsGold(StrategyWrapper):
         _, bucket, sign = self.hashed
         return np.bincount(bucket, weights=vector.astype(np.float64) * sign, minlength=self.size)
 
-    def labelled(self, version: int, counts: np.ndarray) -> np.ndarray | None:
-        """The trusted gradient of the device's labels, mixed by their counts (None without one)."""
-        if self.reference is None:
-            return None
-        if self.by_label[0] != version:
-            self.by_label = (version, {})
-        cache, mixed = self.by_label[1], None
-        for label in np.flatnonzero(counts > 0):
-            if int(label) not in cache:
-                cache[int(label)] = self.reference.gradient(int(label))
-            gradient = cache[int(label)]
-            if gradient is not None:
-                part = gradient.astype(np.float64) * float(counts[label])
-                mixed = part if mixed is None else mixed + part
-        return mixed
-
     def direction(self, arrival: Arrival) -> np.ndarray | None:
         """The push's unit direction on the chosen part, its labels' trusted direction taken out."""
         gradient = arrival.gradient.astype(np.float64)
@@ -135,12 +122,10 @@ class FoolsGold(StrategyWrapper):
             return None
         unit = gradient / norm
         if self.center == "labels" and arrival.label_counts is not None:
-            counts = np.asarray(arrival.label_counts, dtype=np.float64)
-            seen = self.labels_seen.get(arrival.device_id)
-            counts = self.labels_seen[arrival.device_id] = (
-                counts if seen is None or seen.shape != counts.shape else seen + counts
+            counts = device_counts(
+                self.labels_seen, arrival.device_id, np.asarray(arrival.label_counts, dtype=np.float64)
             )
-            trusted = self.labelled(arrival.base_version + arrival.staleness, counts)
+            trusted = self.by_label.mixed(self.reference, arrival.base_version + arrival.staleness, counts)
             if trusted is not None and trusted.shape == unit.shape:
                 scale = float(np.linalg.norm(trusted))
                 if scale > 0:
@@ -153,16 +138,32 @@ class FoolsGold(StrategyWrapper):
         if row is None:
             row = self.rows[device] = len(self.rows)
             self.histories = np.vstack([self.histories, np.zeros((1, self.size))])
+            self.units = np.vstack([self.units, np.zeros((1, self.size))])
+            self.gram = np.pad(self.gram, ((0, 1), (0, 1)))
             self.counts = np.append(self.counts, 0)
         self.histories[row] += self.sketched(vector)
         self.counts[row] += 1
+        self.units[row] = self.units_of(self.histories[row : row + 1])[0]
+        self.gram[row] = self.gram[:, row] = self.units @ self.units[row]
         return row
 
     @staticmethod
-    def units(rows: np.ndarray) -> np.ndarray:
+    def units_of(rows: np.ndarray) -> np.ndarray:
         """Each row at unit length (a zero row stays zero)."""
         norms = np.linalg.norm(rows, axis=1)
         return rows / np.where(norms > 0, norms, 1.0)[:, None]
+
+    def cosines(self, compared: np.ndarray) -> np.ndarray:
+        """The pairwise cosines of the compared histories, from the Gram matrix of their unit rows: O(n²) a
+        push, where the rows themselves would cost O(n² · sketch). With ``center`` "fleet" the unit rows less
+        their mean: what every device pushes (the descent itself) is no sign of collusion."""
+        gram = self.gram[np.ix_(compared, compared)]
+        if self.center == "fleet":  # (u_i − ū)·(u_j − ū) = G_ij − r_i − r_j + mean(r), r = G's row means
+            means = gram.mean(axis=1)
+            gram = gram - means[:, None] - means[None, :] + means.mean()
+        norms = np.sqrt(np.clip(np.diag(gram), 0.0, None))
+        safe = np.where(norms > 1e-12, norms, np.inf)  # a zero row: cosine 0 with every other
+        return gram / safe[:, None] / safe[None, :]
 
     def weights(self) -> np.ndarray:
         """FoolsGold's weight of every device from the pairwise cosines of the histories compared."""
@@ -171,10 +172,7 @@ class FoolsGold(StrategyWrapper):
         weight = np.ones(n)
         if compared.sum() < 2:
             return weight
-        unit = self.units(self.histories[compared])
-        if self.center == "fleet":  # what every device pushes (the descent itself) is no sign of collusion
-            unit = self.units(unit - unit.mean(axis=0))
-        cs = unit @ unit.T
+        cs = self.cosines(np.flatnonzero(compared))
         np.fill_diagonal(cs, -np.inf)
         v = cs.max(axis=1)
         pardon = np.where(

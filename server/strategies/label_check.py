@@ -30,7 +30,7 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
-from server.strategies.trusted_score import TrustedScore
+from server.strategies.trusted_score import LabelGradients, TrustedScore
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 
@@ -72,7 +72,7 @@ class LabelCheck(StrategyWrapper):
         self.threshold, self.memory, self.share, self.tolerance = threshold, memory, share, tolerance
         self.reference = reference
         self.standing: dict[str, float] = {}
-        self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})  # (version, label → its g_s)
+        self.by_label = LabelGradients()
         self.received = self.false_claims = self.row_drops = 0
 
     def reads(self) -> frozenset[str]:
@@ -80,12 +80,7 @@ class LabelCheck(StrategyWrapper):
 
     def labelled(self, version: int, label: int) -> np.ndarray | None:
         """g_s on the trusted samples of ``label``, once per version."""
-        if self.by_label[0] != version:
-            self.by_label = (version, {})
-        cache = self.by_label[1]
-        if label not in cache:
-            cache[label] = None if self.reference is None else self.reference.gradient(label)
-        return cache[label]
+        return self.by_label.of(self.reference, version, label)
 
     def lies(self, bias: np.ndarray, freq: np.ndarray) -> bool:
         """Whether the bias gradient needs more of some class than the claim gives it."""

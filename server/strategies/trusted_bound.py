@@ -31,6 +31,7 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
+from server.strategies.trusted_score import head_start
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 
@@ -89,7 +90,7 @@ class TrustedBound(StrategyWrapper):
         self.limits = None if scale == 0.0 else (self.profile * (self.bound / scale)).astype(np.float32)
         head = None if self.limits is None or self.layers == "all" else self.reference.head()
         if head is not None:  # the output layer unbounded: a device's labels concentrate it there
-            self.limits[min(head[0].start or 0, head[1].start or 0) :] = np.inf
+            self.limits[head_start(head) :] = np.inf
         return self.limits
 
     def receive(self, arrival: Arrival) -> float:

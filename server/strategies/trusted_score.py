@@ -87,6 +87,48 @@ def aflguard_distance(gradient: np.ndarray, reference: np.ndarray) -> float:
     return diff / base if base > 0 else (0.0 if diff == 0 else float("inf"))
 
 
+def head_start(head: tuple[slice, slice]) -> int:
+    """Where the output layer (``Manifest.head``'s weight and bias) starts in the flat vector."""
+    return min(head[0].start or 0, head[1].start or 0)
+
+
+def device_counts(seen: dict[str, np.ndarray], device: str, counts: np.ndarray) -> np.ndarray:
+    """The device's label counts so far with this push's added (kept in ``seen``): a device is what its
+    data has been, not what one push says."""
+    previous = seen.get(device)
+    seen[device] = counts if previous is None or previous.shape != counts.shape else previous + counts
+    return seen[device]
+
+
+class LabelGradients:
+    """Each label's g_s at one version, asked of the port once (trusted-score, label-check and foolsgold each
+    keep one), and their mix by a device's label counts."""
+
+    def __init__(self) -> None:
+        self.version, self.cache = -1, {}
+
+    def of(self, reference: ReferenceGradient | None, version: int, label: int) -> np.ndarray | None:
+        if self.version != version:
+            self.version, self.cache = version, {}
+        if label not in self.cache:
+            self.cache[label] = None if reference is None else reference.gradient(label)
+        return self.cache[label]
+
+    def mixed(
+        self, reference: ReferenceGradient | None, version: int, counts: np.ndarray
+    ) -> np.ndarray | None:
+        """Σ_c p_c g_s(c): g_s on the trusted samples of each label the device trained on, weighted by its
+        share of the device's batch (labels without a trusted sample left out); None when none has one."""
+        mixed, weight = None, 0.0
+        for label in np.flatnonzero(counts > 0):
+            gradient = self.of(reference, version, int(label))
+            if gradient is not None:
+                share = float(counts[label])
+                mixed = gradient * share if mixed is None else mixed + gradient * share
+                weight += share
+        return None if mixed is None else mixed / np.float32(weight)
+
+
 class TrustedScoreSettings(WrapperSettings):
     name: Literal["trusted-score"] = "trusted-score"
     test: Test = Field(
@@ -188,7 +230,7 @@ class TrustedScore(StrategyWrapper):
         self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
-        self.by_label: tuple[int, dict[int, np.ndarray | None]] = (-1, {})  # (version, label → its g_s)
+        self.by_label = LabelGradients()
         self.received = self.dropped = self.vetoed = 0
         self.last_dropped: str | None = None
         self.last_score: float | None = None
@@ -205,21 +247,8 @@ class TrustedScore(StrategyWrapper):
         return self.cached[1]
 
     def labelled_reference(self, version: int, counts: np.ndarray) -> np.ndarray | None:
-        """Σ_c p_c g_s(c): g_s on the trusted samples of each label the device trained on, weighted by its
-        share of the device's batch (labels without a trusted sample left out); None when none has one."""
-        if self.by_label[0] != version:
-            self.by_label = (version, {})
-        per_label = self.by_label[1]
-        mixed, weight = None, 0.0
-        for label in np.flatnonzero(counts > 0):
-            if int(label) not in per_label:
-                per_label[int(label)] = self.reference.gradient(int(label))  # type: ignore[union-attr]
-            gradient = per_label[int(label)]
-            if gradient is not None:
-                share = float(counts[label])
-                mixed = gradient * share if mixed is None else mixed + gradient * share
-                weight += share
-        return None if mixed is None else mixed / np.float32(weight)
+        """g_s on the trusted samples of the device's labels, mixed by its counts (``LabelGradients``)."""
+        return self.by_label.mixed(self.reference, version, counts)
 
     def reads(self) -> frozenset[str]:
         return frozenset({"label_counts"}) if self.by_labels != "none" else frozenset()
@@ -256,7 +285,7 @@ class TrustedScore(StrategyWrapper):
         head = None if self.parts == "whole" or self.reference is None else self.reference.head()
         if head is None:
             return cosine(gradient, reference)
-        start = min(head[0].start or 0, head[1].start or 0)
+        start = head_start(head)
         if start == 0:  # the output layer is the whole model (logistic regression)
             return cosine(gradient, reference)
         return min(cosine(gradient[:start], reference[:start]), cosine(gradient[start:], reference[start:]))
@@ -294,11 +323,8 @@ class TrustedScore(StrategyWrapper):
         reference = whole = self.reference_gradient(version)
         if self.by_labels != "none" and reference is not None and arrival.label_counts is not None:
             counts = np.asarray(arrival.label_counts, dtype=np.float64)
-            if self.by_labels == "device":  # a device is what its data has been, not what this push says
-                seen = self.labels_seen.get(arrival.device_id)
-                counts = self.labels_seen[arrival.device_id] = (
-                    counts if seen is None or seen.shape != counts.shape else seen + counts
-                )
+            if self.by_labels == "device":
+                counts = device_counts(self.labels_seen, arrival.device_id, counts)
             # a claim of labels no trusted sample has is scored against the whole g_s, never let through
             labelled = self.labelled_reference(version, counts)
             reference = reference if labelled is None else labelled
