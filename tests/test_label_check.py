@@ -146,3 +146,35 @@ def test_the_settings_register_it_and_it_needs_a_trusted_score_entry(tmp_path):
     built = build_strategy(settings, port)
     assert isinstance(built, LabelCheck) and built.reference is port
     assert wrap(make_strategy("dynsgd"), [LabelCheckSettings()], reference=port).reference is port
+
+
+def test_the_threshold_settles_as_the_passed_pushes_bias_residual_falls_and_a_dropped_push_never_holds_it():
+    check = LabelCheck(_Recorder(), threshold=0.0, settled=-0.3, residual=0.1, window=4)
+    assert check.threshold_now() == 0.0  # nothing passed yet: strict
+    check.residuals.extend([0.2, 0.2, 0.2, 0.2])  # the model still learning: strict
+    assert check.threshold_now() == 0.0
+    check.residuals.extend([0.05, 0.05, 0.05, 0.05])  # halfway to fitting: halfway to settled
+    assert check.threshold_now() == pytest.approx(-0.15)
+    check.residuals.extend([0.0] * 4)
+    assert check.threshold_now() == pytest.approx(-0.3)
+    assert LabelCheck(_Recorder(), threshold=0.25).threshold_now() == 0.25  # no settling: fixed
+
+
+def test_a_settled_row_test_keeps_a_device_it_would_drop_strict_and_still_drops_a_backdoor(logreg):
+    session, params, x, y, trusted = logreg
+    rng = np.random.default_rng(2)
+    own = np.flatnonzero(np.isin(y[:3800], [3, 5]))
+    strict = LabelCheck(_Recorder(), threshold=0.95, memory=0, reference=trusted)
+    settled = LabelCheck(
+        _Recorder(), threshold=0.95, settled=-0.2, residual=1.0, window=1000, memory=0, reference=trusted
+    )
+    settled.residuals.extend([0.0] * 200)  # a fleet that fits its data: the threshold at −0.2
+    rows = rng.choice(own, 60)
+    honest = push(session, params, x[rows], y[rows], device="honest")
+    assert strict.receive(honest) == 0.0 and settled.receive(honest) > 0  # its rows' cosine: 0.80
+    poisoned_x, poisoned_y = x[rows].copy(), y[rows].copy()
+    poisoned_x[:20] = add_trigger(poisoned_x[:20])  # its rows' cosine: −0.36
+    poisoned_y[:20] = 0
+    backdoor = push(session, params, poisoned_x, poisoned_y, device="backdoor")
+    assert settled.receive(backdoor) == 0.0 and settled.row_drops == 1
+    assert len(settled.residuals) == 201  # the honest push's residual joined, the backdoor's did not

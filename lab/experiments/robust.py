@@ -23,8 +23,9 @@ Two stages, so the recommendation never sees the reported seeds:
    one trigger of two tied with one stopping neither (docs/robustness.md, the third look).
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
-   on the others, and the recommended one against each attack at every share of ``shares`` (the heatmap
-   and the f-curve). About 570 runs: about 80 minutes on 2 cores (one BLAS thread a worker: protocol.py
+   on the others (the recommended alone on ``recommended_only``: the first fleet run 4x as long), and the
+   recommended one against each attack at every share of ``shares`` (the heatmap and the f-curve). About
+   620 runs: about 2 hours on 2 cores (one BLAS thread a worker: protocol.py
    ``one_blas_thread``).
 
 A seed is the data's shuffle and split and the simulator's timing and batches: ``Workload`` with its
@@ -180,7 +181,10 @@ def simulate(run: Run) -> dict[str, Any]:
 class RobustPlan(Plan):
     # the first: choice, heatmap, curve; "peer" (the thesis CNN, 5x the time a run) is not in the full plan
     # since 2026-11-29: its last measurements are in docs/robustness.md
-    fleets: tuple[str, ...] = ("peer-mlp", "fleet100")
+    fleets: tuple[str, ...] = ("peer-mlp", "fleet100", "peer-mlp-long")
+    # fleets where only the recommended defence meets the attacks (beside the clean undefended fleet and the
+    # perfect filter): the first run 4x as long, where a defence's drift over time shows
+    recommended_only: tuple[str, ...] = ("peer-mlp-long",)
     defences: tuple[str, ...] = CANDIDATES
     attacks: tuple[str, ...] = tuple(ATTACKS)
     share: float = 0.3  # the heatmap's: 3 of 10
@@ -280,7 +284,9 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     # recommended one on the others: Kardam is the thesis's, measured where the thesis measured it), the
     # recommended defence's curve over the attackers' share
     on = {f: reported if f == first else ("none", recommended) for f in plan.fleets}
+    on.update({f: (recommended,) for f in plan.recommended_only if f in on and f != first})
     jobs = [job for f in plan.fleets for job in cells(on[f], attacks, (at[f],), (f,), plan.seeds)]
+    jobs += [Run("none", None, 0.0, f, seed) for f in plan.fleets for seed in plan.seeds]  # each clean fleet
     jobs += cells((recommended,), tuple(plan.attacks), plan.shares, (first,), plan.seeds)
     done = runner.run(jobs + bounds)
     done.update(tuning)

@@ -13,11 +13,15 @@ from sim.workloads import Workload
 # undefended and the recommended), a 100-device fleet (MLP); a tiny one for the quick plan
 FLEETS: dict[str, Workload] = {
     "peer-mlp": Workload("peer-mlp", "labels-2", model="mlp", gradients=3000),
+    # the same fleet run 4x as long, to its plateau: the clean fleet gains < 0.3 points over its last quarter
+    # there (0.5-1.1 at 3,000 on seed 1000), and a defence's drift shows (docs/robustness.md, eleventh look)
+    "peer-mlp-long": Workload("peer-mlp-long", "labels-2", model="mlp", gradients=12000),
     "peer": Workload("peer", "labels-2", gradients=3000),
     "fleet100": Workload("fleet100", "labels-2", devices=100, model="mlp", gradients=6000),
     "quick": Workload("quick", "labels-2", devices=10, model="logreg", gradients=300),
 }
-TARGETS = {"peer-mlp": 0.85, "peer": 0.90, "fleet100": 0.85, "quick": 0.60}  # fixed before any run
+# fixed before any run
+TARGETS = {"peer-mlp": 0.85, "peer-mlp-long": 0.85, "peer": 0.90, "fleet100": 0.85, "quick": 0.60}
 
 FLTRUST_DEVICE = {"name": "trusted-score", "test": "fltrust", "scale": "fleet", "device_memory": 10}
 # the same against the trusted digits of the device's own labels, never lengthened, weighing ≤ its own
@@ -29,10 +33,11 @@ BOUND = {"name": "trusted-bound"}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
 
 
-def _rows(threshold: float, memory: int = 10) -> tuple[dict[str, Any], ...]:
-    """The body bound and FLTrust scoring each part, inside label-check with its row test on."""
+def _rows(threshold: float, memory: int = 10, **settling: float) -> tuple[dict[str, Any], ...]:
+    """The body bound and FLTrust scoring each part, inside label-check with its row test on (``settling``:
+    label-check's ``settled`` and ``residual``)."""
     return ({**BOUND, "layers": "body"}, PARTS_CHECK[0], {"name": "label-check", "threshold": threshold,
-            "memory": memory})  # fmt: skip
+            "memory": memory, **settling})  # fmt: skip
 
 
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
@@ -85,6 +90,14 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
         f"fltrust-parts-check-body-bound-rows{t}-m{m}": _rows(t, m)
         for t in (-0.1, -0.05, 0.0)
         for m in (20, 30, 50)
+    },
+    # the row test settling as the model fits (label-check ``settled``: docs/robustness.md, eleventh look):
+    # at 4x the horizon on seed 1000 it dropped 3% of honest pushes with no attack, against 12%
+    "fltrust-parts-check-body-bound-rows-settled": _rows(0.0, 30, settled=-0.3, residual=0.1),
+    **{
+        f"fltrust-parts-check-body-bound-rows-settle{late}-r{r}": _rows(0.0, 30, settled=late, residual=r)
+        for late in (-0.2, -0.3, -0.4)
+        for r in (0.05, 0.1)
     },
     # and FoolsGold's collusion weights (server/strategies/foolsgold.py): a backdoor's attackers push alike
     **{
@@ -145,8 +158,10 @@ CANDIDATES = (
     "fltrust-labels-support",
     *("fltrust-parts-check", "fltrust-parts-check-bound", "fltrust-parts-check-body-bound"),
     "fltrust-parts-check-body-bound-rows",
+    "fltrust-parts-check-body-bound-rows-settled",
 )
-# the tenth look's rerun (2026-11-29): the last full choice's first two, the new candidates, and the
-# undefended and Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624)
-RERUN = ("none", "kardam", "fltrust-parts-check", "fltrust-parts-check-body-bound", "foolsgold",
-         "fltrust-parts-check-body-bound-rows")  # fmt: skip
+# the eleventh look's rerun (2026-11-29): the tenth's first two, the row test settling, the undefended and
+# Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624; FoolsGold and parts-check
+# without the bound lost 16 and 1 at 6f187b0)
+RERUN = ("none", "kardam", "fltrust-parts-check-body-bound", "fltrust-parts-check-body-bound-rows",
+         "fltrust-parts-check-body-bound-rows-settled")  # fmt: skip

@@ -15,6 +15,15 @@ averaged over the batch, where ∂b_c = mean p_c − freq_c:
   weight 0. With no attack installed, seed 1000's per-device medians were 0.53-0.92 honest and −0.89 to
   0.00 for the six backdoor devices (lab/probes/backdoor_rows.py --oracle).
 
+**Settling** (``settled``): late in training an honest device's rows and the trusted ones are both made of
+what the model still gets wrong, and for a device whose digits the trusted ones do not resemble they
+disagree: at 4x the experiment's horizon, with no attack, threshold 0 gave weight 0 to 12% of honest pushes
+(seven devices of twenty, a feedback: dropped, their digits stay unlearnt). A backdoor's rows disagree far
+more by then (cosines −0.5 to −0.9 against −0.2 at worst). So the threshold moves from ``threshold`` to
+``settled`` as the fleet's bias residual (½‖∂b‖₁: how far the mean prediction is from the batch's
+labels; the median over the last ``window`` pushes it passed) falls from ``residual`` to 0: strict while the
+model learns, lenient once it fits (docs/robustness.md, the eleventh look).
+
 An attack that keeps the output layer honest (``honest_head``) passes both tests, and ALIE that way took the
 fleet to 0.48 inside it with FLTrust (docs/robustness.md): an option, not the recommended defence.
 It reads ``label_counts``, so it is refused with DP on; it takes its trusted digits from the
@@ -23,6 +32,8 @@ It reads ``label_counts``, so it is refused with DP on; it takes its trusted dig
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from typing import Any, Literal
 
 import numpy as np
@@ -49,6 +60,16 @@ class LabelCheckSettings(WrapperSettings):
         0.2, gt=0, le=1, description="the rows tested: classes making up at least this of a claim"
     )
     tolerance: float = Field(1e-4, ge=0, description="the claim test's slack for rounding")
+    settled: float | None = Field(
+        None,
+        ge=-1,
+        le=1,
+        description="the row test's threshold once the fleet's bias residual is 0 (unset: never settles)",
+    )
+    residual: float = Field(
+        0.1, gt=0, le=1, description="the fleet's bias residual at and above which the threshold is unsettled"
+    )
+    window: int = Field(200, ge=1, le=100_000, description="the bias residual's median is over this many")
 
 
 remembered = TrustedScore.remembered  # a device's standing: the exponential average of its last scores
@@ -66,10 +87,15 @@ class LabelCheck(StrategyWrapper):
         memory: int = 10,
         share: float = 0.2,
         tolerance: float = 1e-4,
+        settled: float | None = None,
+        residual: float = 0.1,
+        window: int = 200,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
         self.threshold, self.memory, self.share, self.tolerance = threshold, memory, share, tolerance
+        self.settled, self.residual = settled, residual
+        self.residuals: deque[float] = deque(maxlen=window)  # the bias residuals of the pushes passed
         self.reference = reference
         self.standing: dict[str, float] = {}
         self.by_label = LabelGradients()
@@ -114,15 +140,26 @@ class LabelCheck(StrategyWrapper):
         if self.lies(bias, freq):
             self.false_claims += 1
             return self._drop(arrival)
-        if self.threshold is not None:
+        threshold = self.threshold_now()
+        if threshold is not None:
             score = self.rows_score(arrival.base_version + arrival.staleness, weight, freq, head[0])
             standing = (
                 None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
             )
-            if standing is not None and standing < self.threshold:
+            if standing is not None and standing < threshold:
                 self.row_drops += 1
                 return self._drop(arrival)
+        self.residuals.append(0.5 * float(np.abs(bias.astype(np.float64)).sum()))  # of the pushes passed
         return self.inner.receive(arrival)
+
+    def threshold_now(self) -> float | None:
+        """The row test's threshold: ``threshold`` while the median bias residual of the last pushes it
+        passed is at least ``residual``, moving linearly to ``settled`` as it falls to 0 (the pushes it
+        dropped are left out: a backdoor's, whose residual stays high, would hold it strict)."""
+        if self.threshold is None or self.settled is None or not self.residuals:
+            return self.threshold
+        progress = min(statistics.median(self.residuals) / self.residual, 1.0)
+        return self.settled + (self.threshold - self.settled) * progress
 
     def _drop(self, arrival: Arrival) -> float:
         self.inner.withheld(arrival)
@@ -134,6 +171,7 @@ class LabelCheck(StrategyWrapper):
             "label_check_received": self.received,
             "label_check_dropped_false_claims": self.false_claims,
             "label_check_dropped_rows": self.row_drops,
+            "label_check_threshold": None if self.threshold is None else self.threshold_now(),
         }
 
     def state_dict(self) -> dict[str, Any]:
