@@ -29,17 +29,18 @@ def record(run: Any, window: int) -> list[dict[str, Any]]:
     from server.strategies.trusted_score import TrustedScore
 
     seen: dict[str, Any] = {}
-    rows: list[tuple[int, str, bool, dict[str, Any], bool]] = []
+    rows: list[list[Any]] = []  # window, device, Byzantine, what the wrappers saw, given weight 0
     check_receive, rows_score = LabelCheck.receive, LabelCheck.rows_score
     score, trusted, observe = TrustedScore.score, TrustedScore.trusted, adversary.Adversary.observe
 
     def check_receive_(self: LabelCheck, arrival: Any) -> float:
-        seen["device"] = arrival.device_id
         head = None if self.reference is None else self.reference.head()
         if head is not None:
             seen["residual"] = 0.5 * float(np.abs(arrival.gradient[head[1]].astype(np.float64)).sum())
-        weight = check_receive(self, arrival)
+        weight = check_receive(self, arrival)  # the outermost wrapper: its weight is the push's
         seen["row_standing"] = self.standing.get(arrival.device_id)
+        rows.append([len(rows) // window, arrival.device_id, False, dict(seen), weight == 0.0])
+        seen.clear()
         return weight
 
     def rows_score_(self: LabelCheck, *args: Any) -> float | None:
@@ -56,10 +57,7 @@ def record(run: Any, window: int) -> list[dict[str, Any]]:
         return out
 
     def observe_(self: Any, byzantine: bool, gradient: np.ndarray, weight: float) -> None:
-        rows.append(
-            (len(rows) // window, str(seen.pop("device", "")), bool(byzantine), dict(seen), weight == 0)
-        )
-        seen.clear()
+        rows[-1][2] = bool(byzantine)  # the push label-check has just weighed (no adversary: all honest)
         observe(self, byzantine, gradient, weight)
 
     patches = [(LabelCheck, "receive", check_receive_), (LabelCheck, "rows_score", rows_score_),
@@ -92,7 +90,7 @@ def record(run: Any, window: int) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--defence", default="fltrust-parts-check-body-bound-rows")
-    parser.add_argument("--attack", default="backdoor-inset6")
+    parser.add_argument("--attack", default="backdoor-inset6", help="an attack of the suite, or clean")
     parser.add_argument("--fleet", default="peer-mlp-long", help="a fleet of lab/experiments/robust.py's")
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--share", type=float, default=0.3, help="of the devices, Byzantine")
@@ -102,7 +100,9 @@ def main() -> None:
     from lab.experiments.robust import Run
 
     one_blas_thread()
-    run = Run(args.defence, args.attack, args.share, args.fleet, args.seed)
+    clean = args.attack == "clean"
+    attack, share = (None, 0.0) if clean else (args.attack, args.share)
+    run = Run(args.defence, attack, share, args.fleet, args.seed)
     for line in record(run, args.window):
         print(json.dumps(line), flush=True)
 
