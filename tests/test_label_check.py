@@ -178,3 +178,16 @@ def test_a_settled_row_test_keeps_a_device_it_would_drop_strict_and_still_drops_
     backdoor = push(session, params, poisoned_x, poisoned_y, device="backdoor")
     assert settled.receive(backdoor) == 0.0 and settled.row_drops == 1
     assert len(settled.residuals) == 201  # the honest push's residual joined, the backdoor's did not
+
+
+def test_once_settled_a_standing_just_under_the_threshold_is_weighed_down_not_dropped(logreg):
+    session, params, x, y, trusted = logreg
+    rows = np.random.default_rng(2).choice(np.flatnonzero(np.isin(y[:3800], [3, 5])), 60)
+    honest = push(session, params, x[rows], y[rows], device="honest")  # its rows' cosine: 0.80
+    ramped = LabelCheck(_Recorder(), threshold=0.95, settled=0.9, ramp=0.2, memory=0, reference=trusted)
+    assert ramped.receive(honest) == 0.0  # not settled yet (no residual): strict, no ramp
+    ramped.residuals.extend([0.0] * 200)  # settled: the threshold at 0.9, weight 0 at 0.7 and under
+    assert ramped.receive(honest) > 0 and ramped.row_shrunk == 1 and ramped.row_drops == 1
+    moved = honest.gradient != 0
+    share = ramped.inner.seen[-1].gradient[moved] / honest.gradient[moved]
+    assert np.allclose(share, share[0]) and share[0] == pytest.approx((0.80 - 0.7) / 0.2, abs=0.01)

@@ -99,6 +99,14 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
         for late in (-0.2, -0.3, -0.4)
         for r in (0.05, 0.1)
     },
+    # and once settled, a standing up to ``ramp`` under the threshold weighed down, not dropped
+    **{
+        f"fltrust-parts-check-body-bound-rows-settle{late}-ramp{ramp}": _rows(
+            0.0, 30, settled=late, residual=0.1, ramp=ramp
+        )
+        for late in (-0.2, -0.1)
+        for ramp in (0.3, 0.4)
+    },
     # and FoolsGold's collusion weights (server/strategies/foolsgold.py): a backdoor's attackers push alike
     **{
         f"fltrust-parts-check-body-bound-fg{tag}": ({**BOUND, "layers": "body"}, *PARTS_CHECK, fg)

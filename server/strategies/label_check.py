@@ -35,6 +35,7 @@ It reads ``label_counts``, so it is refused with DP on; it takes its trusted dig
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import deque
 from typing import Any, Literal
@@ -73,6 +74,13 @@ class LabelCheckSettings(WrapperSettings):
         0.1, gt=0, le=1, description="the fleet's bias residual at and above which the threshold is unsettled"
     )
     window: int = Field(200, ge=1, le=100_000, description="the bias residual's median is over this many")
+    ramp: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description="once settled, a standing this far under the threshold gets weight 0, one between"
+        " a share (0: every standing under it gets 0)",
+    )
 
 
 remembered = TrustedScore.remembered  # a device's standing: the exponential average of its last scores
@@ -93,16 +101,17 @@ class LabelCheck(StrategyWrapper):
         settled: float | None = None,
         residual: float = 0.1,
         window: int = 200,
+        ramp: float = 0.0,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
         self.threshold, self.memory, self.share, self.tolerance = threshold, memory, share, tolerance
-        self.settled, self.residual = settled, residual
+        self.settled, self.residual, self.ramp = settled, residual, ramp
         self.residuals: deque[float] = deque(maxlen=window)  # the bias residuals of the pushes passed
         self.reference = reference
         self.standing: dict[str, float] = {}
         self.by_label = LabelGradients()
-        self.received = self.false_claims = self.row_drops = 0
+        self.received = self.false_claims = self.row_drops = self.row_shrunk = 0
 
     def reads(self) -> frozenset[str]:
         return frozenset({"label_counts"}) | self.inner.reads()
@@ -150,19 +159,29 @@ class LabelCheck(StrategyWrapper):
                 None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
             )
             if standing is not None and standing < threshold:
-                self.row_drops += 1
-                return self._drop(arrival)
+                ramp = self.ramp * self.settledness()
+                share = 0.0 if ramp <= 0 else (standing - threshold + ramp) / ramp
+                if share <= 0.0:
+                    self.row_drops += 1
+                    return self._drop(arrival)
+                self.row_shrunk += 1
+                arrival = dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(share))
         self.residuals.append(0.5 * float(np.abs(bias.astype(np.float64)).sum()))  # of the pushes passed
         return self.inner.receive(arrival)
+
+    def settledness(self) -> float:
+        """0 while the median bias residual of the pushes passed is at least ``residual``, 1 at 0."""
+        if self.settled is None or not self.residuals:
+            return 0.0
+        return 1.0 - min(statistics.median(self.residuals) / self.residual, 1.0)
 
     def threshold_now(self) -> float | None:
         """The row test's threshold: ``threshold`` while the median bias residual of the last pushes it
         passed is at least ``residual``, moving linearly to ``settled`` as it falls to 0 (the pushes it
         dropped are left out: a backdoor's, whose residual stays high, would hold it strict)."""
-        if self.threshold is None or self.settled is None or not self.residuals:
+        if self.threshold is None or self.settled is None:
             return self.threshold
-        progress = min(statistics.median(self.residuals) / self.residual, 1.0)
-        return self.settled + (self.threshold - self.settled) * progress
+        return self.threshold + (self.settled - self.threshold) * self.settledness()
 
     def _drop(self, arrival: Arrival) -> float:
         self.inner.withheld(arrival)
@@ -174,6 +193,7 @@ class LabelCheck(StrategyWrapper):
             "label_check_received": self.received,
             "label_check_dropped_false_claims": self.false_claims,
             "label_check_dropped_rows": self.row_drops,
+            "label_check_shrunk_rows": self.row_shrunk,
             "label_check_threshold": None if self.threshold is None else self.threshold_now(),
         }
 
