@@ -94,6 +94,9 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # the row test settling as the model fits (label-check ``settled``: docs/robustness.md, eleventh look):
     # at 4x the horizon on seed 1000 it dropped 3% of honest pushes with no attack, against 12%
     "fltrust-parts-check-body-bound-rows-settled": _rows(0.0, 30, settled=-0.3, residual=0.1),
+    # and once settled, a device up to 0.3 under it weighed down rather than dropped (weight 0 at −0.5): the
+    # feedback broken (seed 1000 at 4x: 0.6% of honest pushes dropped with no attack, 7.4% under 6 in)
+    "fltrust-parts-check-body-bound-rows-ramp": _rows(0.0, 30, settled=-0.2, residual=0.1, ramp=0.3),
     **{
         f"fltrust-parts-check-body-bound-rows-settle{late}-r{r}": _rows(0.0, 30, settled=late, residual=r)
         for late in (-0.2, -0.3, -0.4)
@@ -167,9 +170,10 @@ CANDIDATES = (
     *("fltrust-parts-check", "fltrust-parts-check-bound", "fltrust-parts-check-body-bound"),
     "fltrust-parts-check-body-bound-rows",
     "fltrust-parts-check-body-bound-rows-settled",
+    "fltrust-parts-check-body-bound-rows-ramp",
 )
-# the eleventh look's rerun (2026-11-29): the tenth's first two, the row test settling, the undefended and
-# Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624; FoolsGold and parts-check
-# without the bound lost 16 and 1 at 6f187b0)
-RERUN = ("none", "kardam", "fltrust-parts-check-body-bound", "fltrust-parts-check-body-bound-rows",
-         "fltrust-parts-check-body-bound-rows-settled")  # fmt: skip
+# the eleventh look's rerun (2026-11-29): the tenth's runner-up, the row test settling with its ramp, the
+# undefended and Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624; FoolsGold and
+# parts-check without the bound lost 16 and 1 at 6f187b0; the row test as it was and settling without the
+# ramp were left behind by the ramp on the tuning seed at 4x: docs/robustness.md, the eleventh look)
+RERUN = ("none", "kardam", "fltrust-parts-check-body-bound", "fltrust-parts-check-body-bound-rows-ramp")
