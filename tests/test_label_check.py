@@ -178,6 +178,9 @@ def test_a_settled_row_test_keeps_a_device_it_would_drop_strict_and_still_drops_
     backdoor = push(session, params, poisoned_x, poisoned_y, device="backdoor")
     assert settled.receive(backdoor) == 0.0 and settled.row_drops == 1
     assert len(settled.residuals) == 201  # the honest push's residual joined, the backdoor's did not
+    restarted = LabelCheck(_Recorder(), threshold=0.95, settled=-0.2, residual=1.0, window=1000)
+    restarted.load_state_dict(settled.state_dict())
+    assert list(restarted.residuals) == list(settled.residuals)  # a restart does not make it strict again
 
 
 def test_once_settled_a_standing_just_under_the_threshold_is_weighed_down_not_dropped(logreg):

@@ -198,8 +198,14 @@ class LabelCheck(StrategyWrapper):
         }
 
     def state_dict(self) -> dict[str, Any]:
-        return {**self.inner.state_dict(), "label_check_standing": dict(self.standing)}
+        return {
+            **self.inner.state_dict(),
+            "label_check_standing": dict(self.standing),
+            "label_check_residuals": list(self.residuals),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)
         self.standing = {str(k): float(v) for k, v in state.get("label_check_standing", {}).items()}
+        self.residuals.clear()
+        self.residuals.extend(float(r) for r in state.get("label_check_residuals", []))
