@@ -393,6 +393,22 @@ def test_the_robust_choice_weighs_a_lost_attack_against_its_target():
     assert sorted([trigger_lost, gap_lost], key=standing)[0] is gap_lost
 
 
+def test_the_robust_choice_does_not_charge_a_defence_for_what_a_perfect_filter_loses_too():
+    """At a horizon where losing the attackers' compute costs 2.1 points, gaps of 2.1-2.3 points are the
+    perfect filter's plus noise: a defence with those outranks one letting a trigger in at 73%."""
+    from lab.experiments.robust import standing
+
+    near_bound = {"gaps": {"alie": 0.021, "sign-flip-head": 0.023, "backdoor-inset6": 0.01},
+                  "worst_gap": 0.023, "misses": ["alie", "sign-flip-head"],
+                  "backdoor_by_trigger": {"backdoor-inset6": 0.06}}  # fmt: skip
+    trigger_in = {"gaps": {"alie": 0.016, "sign-flip-head": 0.016, "backdoor-inset6": 0.01},
+                  "worst_gap": 0.016, "misses": ["backdoor-success"],
+                  "backdoor_by_trigger": {"backdoor-inset6": 0.73}}  # fmt: skip
+    assert standing(near_bound)[0] == 2 and standing(near_bound, bound=0.021)[0] == 0
+    assert sorted([trigger_in, near_bound], key=lambda j: standing(j, bound=0.021))[0] is near_bound
+    assert standing({**near_bound, "gaps": {"alie": 0.027}}, bound=0.021)[0] == 1  # 0.6 points past it: lost
+
+
 def test_the_recommended_defence_is_the_one_the_robust_experiment_chose():
     """RECOMMENDED_DEFENCE (what `fleet demo --robust` runs) is, wrapper for wrapper, the defence the last
     full `fleet experiment robust` recommended (docs/results/robust.json)."""

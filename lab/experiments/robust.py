@@ -12,7 +12,8 @@ Two stages, so the recommendation never sees the reported seeds:
 
 1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on the
    first fleet; the recommended defence is the one that loses the fewest attacks (more than 2 points below
-   the clean fleet, or a backdoor trigger past 10% success), then has the smallest worst result against its
+   the clean fleet and half a point below a perfect filter, or a backdoor trigger past 10% success; until
+   2026-11-29 the perfect filter was not counted), then has the smallest worst result against its
    target (a gap over 2 points, a success over 10%; until 2026-11-29 the worst gap alone), then misses
    the fewest of the other targets, each counted once (≤ 10% honest pushes dropped, ≤ 1.2× the undefended
    time to the target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack
@@ -58,6 +59,8 @@ from lab.experiments.robust_suite import (
 
 NAME = "robust"
 TARGET_GAP, TARGET_HONEST_DROP, TARGET_ASR, TARGET_COST = 0.02, 0.10, 0.10, 1.2
+# the choice's allowance over a perfect filter: about one run's noise in a final (the mean of 5 evaluations)
+NOISE = 0.005
 __all__ = ["ATTACKS", "DEFENCES", "FLEETS", "TRUSTED_SAMPLES", "Run", "SimulatedReference", "defended"]
 
 
@@ -234,14 +237,17 @@ def judge(
     }
 
 
-def standing(judged: dict[str, Any]) -> tuple[int, float, int]:
+def standing(judged: dict[str, Any], bound: float = 0.0) -> tuple[int, float, int]:
     """A defence's rank on the tuning seed: the attacks it loses first (more than the gap target below the
-    clean fleet, or for a backdoor, its success past the target: each trigger an attack of its own), then
+    clean fleet and more than ``NOISE`` below a perfect filter, which is ``bound`` below it: a defence is not
+    charged for the attackers' own data and compute, which no filter wins back (at peer-mlp's 3,000 pushes
+    that is 2.1 points on seed 1000, and the 2-point target would rank defences by noise around it); or for
+    a backdoor, its success past the target: each trigger an attack of its own), then
     its worst result against that result's target (a gap over 2 points, a trigger's success over 10%: a
     backdoor at 77% is a worse loss than a gap of 2.2 points), then the other targets it misses, each
     counted once (honest drops, cost)."""
     by_trigger = judged.get("backdoor_by_trigger") or {}
-    lost = {a for a, gap in judged["gaps"].items() if gap > TARGET_GAP}
+    lost = {a for a, gap in judged["gaps"].items() if gap > max(TARGET_GAP, bound + NOISE)}
     lost |= {a for a, success in by_trigger.items() if success is not None and success > TARGET_ASR}
     worst = max(
         [gap / TARGET_GAP for gap in judged["gaps"].values()]
@@ -273,10 +279,13 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     bounds = list(
         dict.fromkeys(Run("none", SILENT, share, f, seed) for f, share, seeds in where for seed in seeds)
     )
-    # 1. choose on the tuning seed
-    tuning = runner.run(cells(plan.defences, attacks, (plan.share,), (first,), (plan.tune_seed,)))
+    # 1. choose on the tuning seed (its perfect filter beside: what no defence is charged for)
+    tune_bound = Run("none", SILENT, plan.share, first, plan.tune_seed)
+    choice = cells(plan.defences, attacks, (plan.share,), (first,), (plan.tune_seed,))
+    tuning = runner.run([*choice, tune_bound])
     chosen_on = {d: judged(tuning, d, first, plan.tune_seed, plan.share, plan.attacks) for d in plan.defences}
-    ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standing(chosen_on[d]))
+    lead = tuning[Run("none", None, 0.0, first, plan.tune_seed)]["final"] - tuning[tune_bound]["final"]
+    ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standing(chosen_on[d], lead))
     recommended = ranked[0]
     reported = tuple(dict.fromkeys(("none", "kardam", recommended, *ranked[: plan.report_top])))
     reported = tuple(d for d in reported if d in plan.defences)
@@ -318,6 +327,7 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
             "cost": TARGET_COST,
         },
         "choice": chosen_on,
+        "choice_bound": round(lead, 4),  # the tuning seed's perfect filter, below the clean fleet
         "recommended": recommended,
         "reported": list(reported),
         "heatmap": heatmap,
