@@ -152,14 +152,15 @@ class LabelCheck(StrategyWrapper):
         if self.lies(bias, freq):
             self.false_claims += 1
             return self._drop(arrival)
-        threshold = self.threshold_now()
+        settledness = self.settledness()  # one median of the recent residuals a push
+        threshold = self.threshold_now(settledness)
         if threshold is not None:
             score = self.rows_score(arrival.base_version + arrival.staleness, weight, freq, head[0])
             standing = (
                 None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
             )
             if standing is not None and standing < threshold:
-                ramp = self.ramp * self.settledness()
+                ramp = self.ramp * settledness
                 share = 0.0 if ramp <= 0 else (standing - threshold + ramp) / ramp
                 if share <= 0.0:
                     self.row_drops += 1
@@ -175,13 +176,15 @@ class LabelCheck(StrategyWrapper):
             return 0.0
         return 1.0 - min(statistics.median(self.residuals) / self.residual, 1.0)
 
-    def threshold_now(self) -> float | None:
+    def threshold_now(self, settledness: float | None = None) -> float | None:
         """The row test's threshold: ``threshold`` while the median bias residual of the last pushes it
         passed is at least ``residual``, moving linearly to ``settled`` as it falls to 0 (the pushes it
         dropped are left out: a backdoor's, whose residual stays high, would hold it strict)."""
         if self.threshold is None or self.settled is None:
             return self.threshold
-        return self.threshold + (self.settled - self.threshold) * self.settledness()
+        if settledness is None:
+            settledness = self.settledness()
+        return self.threshold + (self.settled - self.threshold) * settledness
 
     def _drop(self, arrival: Arrival) -> float:
         self.inner.withheld(arrival)
