@@ -33,11 +33,18 @@ BOUND = {"name": "trusted-bound"}
 # defence → the wrappers around the default strategy (server/settings.py's FLEET_WRAPPERS entries)
 
 
-def _rows(threshold: float, memory: int = 10, **settling: float) -> tuple[dict[str, Any], ...]:
-    """The body bound and FLTrust scoring each part, inside label-check with its row test on (``settling``:
-    label-check's ``settled`` and ``residual``)."""
-    return ({**BOUND, "layers": "body"}, PARTS_CHECK[0], {"name": "label-check", "threshold": threshold,
-            "memory": memory, **settling})  # fmt: skip
+def _rows(
+    threshold: float, memory: int = 10, bound: dict[str, Any] | None = None, **settling: float
+) -> tuple[dict[str, Any], ...]:
+    """The body bound (``bound``: its settings over the default body bound's, None for none) and FLTrust
+    scoring each part, inside label-check with its row test on (``settling``: label-check's ``settled``,
+    ``residual`` and ``ramp``)."""
+    body = () if bound is None else ({**BOUND, "layers": "body", **bound},)
+    return (*body, PARTS_CHECK[0], {"name": "label-check", "threshold": threshold, "memory": memory,
+            **settling})  # fmt: skip
+
+
+RAMP = {"settled": -0.2, "residual": 0.1, "ramp": 0.3}
 
 
 DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
@@ -83,29 +90,33 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
     # and label-check's row test on a device's standing over ~30 pushes (the bound keeps a backdoor out at the
     # start, so its attackers' output rows keep disagreeing with the trusted ones: docs/robustness.md, tenth)
-    "fltrust-parts-check-body-bound-rows": _rows(0.0, 30),
+    "fltrust-parts-check-body-bound-rows": _rows(0.0, 30, {}),
     # the probes' variants: thresholds and memories (a device whose output rows disagree is dropped)
-    **{f"fltrust-parts-check-body-bound-rows{t}": _rows(t) for t in (-0.2, -0.1, 0.0, 0.1, 0.25)},
+    **{f"fltrust-parts-check-body-bound-rows{t}": _rows(t, bound={}) for t in (-0.2, -0.1, 0.0, 0.1, 0.25)},
     **{
-        f"fltrust-parts-check-body-bound-rows{t}-m{m}": _rows(t, m)
+        f"fltrust-parts-check-body-bound-rows{t}-m{m}": _rows(t, m, {})
         for t in (-0.1, -0.05, 0.0)
         for m in (20, 30, 50)
     },
     # the row test settling as the model fits (label-check ``settled``: docs/robustness.md, eleventh look):
     # at 4x the horizon on seed 1000 it dropped 3% of honest pushes with no attack, against 12%
-    "fltrust-parts-check-body-bound-rows-settled": _rows(0.0, 30, settled=-0.3, residual=0.1),
+    "fltrust-parts-check-body-bound-rows-settled": _rows(0.0, 30, {}, settled=-0.3, residual=0.1),
     # and once settled, a device up to 0.3 under it weighed down rather than dropped (weight 0 at −0.5): the
     # feedback broken (seed 1000 at 4x: 0.6% of honest pushes dropped with no attack, 7.4% under 6 in)
-    "fltrust-parts-check-body-bound-rows-ramp": _rows(0.0, 30, settled=-0.2, residual=0.1, ramp=0.3),
+    "fltrust-parts-check-body-bound-rows-ramp": _rows(0.0, 30, {}, **RAMP),
+    # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
+    # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
+    "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),
+    **{f"fltrust-parts-check-body-bound{b}-rows-ramp": _rows(0.0, 30, {"bound": b}, **RAMP) for b in (8, 16)},
     **{
-        f"fltrust-parts-check-body-bound-rows-settle{late}-r{r}": _rows(0.0, 30, settled=late, residual=r)
+        f"fltrust-parts-check-body-bound-rows-settle{late}-r{r}": _rows(0.0, 30, {}, settled=late, residual=r)
         for late in (-0.2, -0.3, -0.4)
         for r in (0.05, 0.1)
     },
     # and once settled, a standing up to ``ramp`` under the threshold weighed down, not dropped
     **{
         f"fltrust-parts-check-body-bound-rows-settle{late}-ramp{ramp}": _rows(
-            0.0, 30, settled=late, residual=0.1, ramp=ramp
+            0.0, 30, {}, settled=late, residual=0.1, ramp=ramp
         )
         for late in (-0.2, -0.1)
         for ramp in (0.3, 0.4)
