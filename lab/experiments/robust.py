@@ -132,6 +132,7 @@ def defended(run: Run, reference: SimulatedReference) -> Any:
 def simulate(run: Run) -> dict[str, Any]:
     from lab.experiments.default_search import bench_for, collapsed, final
     from server.strategies import layers
+    from server.strategies.label_check import LabelCheck
     from sim.adversary import adversary, backdoor_success
 
     w = replace(FLEETS[run.fleet], data_seed=run.seed, split_seed=run.seed)
@@ -160,6 +161,25 @@ def simulate(run: Run) -> dict[str, Any]:
         for key, value in layer.describe().items():
             if any(word in key for word in COUNTED) and not key.startswith("last"):
                 counted[key] = value
+    pushes = (
+        attack.counts()
+        if attack is not None
+        else {"honest": result.gradients, "honest_dropped": result.dropped}
+    )
+    for _, layer in layers(
+        sim.core.run.strategy
+    ):  # label-check's ramp: the pushes it weighed down, by sender
+        if isinstance(layer, LabelCheck) and layer.ramp:
+            for i, device in enumerate(sim.devices):
+                side = "byzantine" if attack is not None and attack.is_byzantine(i) else "honest"
+                shrunk, removed = (
+                    layer.shrunk_by_device[device.device],
+                    layer.removed_by_device[device.device],
+                )
+                pushes[f"{side}_shrunk"] = pushes.get(f"{side}_shrunk", 0) + shrunk
+                pushes[f"{side}_shrunk_removed"] = round(
+                    pushes.get(f"{side}_shrunk_removed", 0.0) + removed, 2
+                )
     backdoor = None
     if run.attack in BACKDOORS and attack is not None:
         backdoor = backdoor_success(bench, sim.core.run.served(), attack.attack)  # type: ignore[arg-type]
@@ -172,9 +192,7 @@ def simulate(run: Run) -> dict[str, Any]:
         "time_to_target": hit[0] if hit else None,
         "end_time": result.end_time,
         "diverged": bool(result.diverged or collapsed(result)),
-        "pushes": attack.counts()
-        if attack is not None
-        else {"honest": result.gradients, "honest_dropped": result.dropped},
+        "pushes": pushes,
         "defence_counts": counted,
         "backdoor_success": backdoor,
     }
@@ -216,6 +234,12 @@ def judge(
         a: r["pushes"]["honest_dropped"] / r["pushes"]["honest"] if r["pushes"]["honest"] else None
         for a, r in runs.items()
     }
+    # label-check's ramp: the weight it took off the honest pushes it kept, as a share (older runs: none)
+    shrunk = {
+        a: r["pushes"]["honest_shrunk_removed"] / r["pushes"]["honest"]
+        for a, r in runs.items()
+        if "honest_shrunk_removed" in r["pushes"] and r["pushes"]["honest"]
+    }
     own = runs.get("clean")
     cost = None
     if own is not None and baseline_time:
@@ -230,6 +254,7 @@ def judge(
         "gaps": gaps,
         "worst_gap": max(gaps.values(), default=0.0),
         "honest_dropped": dropped,
+        "honest_shrunk": shrunk,
         "backdoor_success": asr,
         "backdoor_by_trigger": by_trigger,
         "cost": cost,

@@ -47,6 +47,23 @@ def triggers(by_defence: dict[str, list[dict[str, Any]]]) -> str:
     return " / ".join(first.get("backdoor_by_trigger") or {}) or "the corner trigger"
 
 
+def shrunk(by_defence: dict[str, list[dict[str, Any]]]) -> str:
+    """The weight label-check's ramp took off the honest pushes it kept (not counted as dropped), the worst
+    attack's median over the seeds, per defence that ramps; "" when none does (or results before it)."""
+    worst = {}
+    for defence, judgements in by_defence.items():
+        attacks = {a for j in judgements for a in j.get("honest_shrunk") or {}}
+        medians = [_median([(j.get("honest_shrunk") or {}).get(a) for j in judgements]) for a in attacks]
+        if medians:
+            worst[defence] = max(m for m in medians if m is not None)
+    if not worst:
+        return ""
+    each = "; ".join(f"{d}: at most {_pct(w)} of the honest pushes' weight" for d, w in worst.items())
+    return (
+        f"Weighed down by label-check's ramp, not dropped (median over the seeds, the worst attack): {each}."
+    )
+
+
 def bound(s: dict[str, Any], fleet: str, share: float, seeds: list[int]) -> str:
     """The clean fleet's lead over a perfect filter (the attackers' pushes lost on the way), median over
     ``seeds`` and each seed's, or "" when not measured (results before 2026-11-28)."""
@@ -120,6 +137,8 @@ def markdown(result: Result, plan: Any) -> str:
                 + " | ".join(f"{_pts(c['gap'])} ({_pct(c['dropped'])})" for c in cells)
                 + f" | {backdoors(judgements)} | {'—' if cost is None else f'{cost:.2f}×'} |"
             )
+        if line := shrunk(by_defence):
+            lines += ["", line]
         if line := bound(s, fleet, s["fleet_shares"][fleet], s["seeds"]):
             lines += ["", line]
     lines += [

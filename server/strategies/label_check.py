@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections import deque
+from collections import Counter, deque
 from typing import Any, Literal
 
 import numpy as np
@@ -112,6 +112,9 @@ class LabelCheck(StrategyWrapper):
         self.standing: dict[str, float] = {}
         self.by_label = LabelGradients()
         self.received = self.false_claims = self.row_drops = self.row_shrunk = 0
+        # each device's pushes weighed down by the ramp, and the weight taken off them (in pushes)
+        self.shrunk_by_device: Counter[str] = Counter()
+        self.removed_by_device: Counter[str] = Counter()
 
     def reads(self) -> frozenset[str]:
         return frozenset({"label_counts"}) | self.inner.reads()
@@ -166,6 +169,8 @@ class LabelCheck(StrategyWrapper):
                     self.row_drops += 1
                     return self._drop(arrival)
                 self.row_shrunk += 1
+                self.shrunk_by_device[arrival.device_id] += 1
+                self.removed_by_device[arrival.device_id] += 1.0 - share
                 arrival = dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(share))
         self.residuals.append(0.5 * float(np.abs(bias.astype(np.float64)).sum()))  # of the pushes passed
         return self.inner.receive(arrival)
