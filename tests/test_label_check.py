@@ -194,6 +194,6 @@ def test_once_settled_a_standing_just_under_the_threshold_is_weighed_down_not_dr
     moved = honest.gradient != 0
     share = ramped.inner.seen[-1].gradient[moved] / honest.gradient[moved]
     assert np.allclose(share, share[0]) and share[0] == pytest.approx((0.80 - 0.7) / 0.2, abs=0.01)
-    # counted by device, with the weight taken off (in pushes), so an experiment can split honest from Byzantine
+    # counted by device with the weight taken off (in pushes): an experiment splits honest from Byzantine
     assert ramped.shrunk_by_device == {"honest": 1}
     assert ramped.removed_by_device["honest"] == pytest.approx(1.0 - share[0], abs=1e-4)
