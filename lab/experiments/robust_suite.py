@@ -108,6 +108,12 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),
     **{f"fltrust-parts-check-body-bound{b}-rows-ramp": _rows(0.0, 30, {"bound": b}, **RAMP) for b in (8, 16)},
+    # and its parts without FLTrust: the claim test with the body bound, and with the row test and its ramp
+    "check-body-bound": ({**BOUND, "layers": "body"}, {"name": "label-check"}),
+    "check-body-bound-rows-ramp": (
+        {**BOUND, "layers": "body"},
+        {"name": "label-check", "threshold": 0.0, "memory": 30, **RAMP},
+    ),
     **{
         f"fltrust-parts-check-body-bound-rows-settle{late}-r{r}": _rows(0.0, 30, {}, settled=late, residual=r)
         for late in (-0.2, -0.3, -0.4)
