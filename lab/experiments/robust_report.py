@@ -156,6 +156,18 @@ def markdown(result: Result, plan: Any) -> str:
                 + " | ".join("—" if f is None else f"{f:.3f}" for f in finals)
                 + " |"
             )
+    leads = [
+        (share, (s.get("bound") or {}).get(first, {}).get(share)) for share in next(iter(s["curve"].values()))
+    ]
+    if all(lead and all(str(seed) in lead for seed in s["seeds"]) for _, lead in leads):
+        each = " / ".join(
+            f"{_pts(median(lead[str(seed)] for seed in s['seeds']))} at {float(share):.0%}"
+            for share, lead in leads
+        )
+        lines += [
+            "",
+            f"A perfect filter at each share, below the clean fleet (median over the seeds): {each}.",
+        ]
     lines += ["", f"![gap to the clean fleet, defences × attacks]({name}.png)"]
     return "\n".join(lines)
 
