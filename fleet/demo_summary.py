@@ -67,6 +67,17 @@ def summary_table(
             if "trusted_received" in strategy
             else []
         ),  # fmt: skip
+        *(
+            [
+                (
+                    "label check dropped (false claims / rows), weighed down",
+                    f"{strategy['label_check_dropped_false_claims']} / {strategy['label_check_dropped_rows']}"
+                    f" of {strategy['label_check_received']}, {strategy.get('label_check_shrunk_rows', 0)}",
+                )
+            ]
+            if "label_check_received" in strategy
+            else []
+        ),  # fmt: skip
         (
             "batch size L min / p50 / max",
             f"{stats['batch_size_min']} / {stats['batch_size_p50']:.0f} / {stats['batch_size_max']}",
