@@ -129,10 +129,26 @@ def defended(run: Run, reference: SimulatedReference) -> Any:
     return wrap(strategy, configs, reference=reference)
 
 
+def shrunk_pushes(strategy: Any, device_ids: list[str], attack: Any) -> dict[str, float]:
+    """The pushes label-check's ramp weighed down and the weight it took off them (in pushes), by sender:
+    ``device_ids`` in join order, ``attack`` the adversary (None: every device honest); {} without a ramp."""
+    from server.strategies import layers
+    from server.strategies.label_check import LabelCheck
+
+    counts: dict[str, float] = {}
+    for _, layer in layers(strategy):
+        if isinstance(layer, LabelCheck) and layer.ramp:
+            for i, device in enumerate(device_ids):
+                side = "byzantine" if attack is not None and attack.is_byzantine(i) else "honest"
+                counts[f"{side}_shrunk"] = counts.get(f"{side}_shrunk", 0) + layer.shrunk_by_device[device]
+                removed = counts.get(f"{side}_shrunk_removed", 0.0) + layer.removed_by_device[device]
+                counts[f"{side}_shrunk_removed"] = round(removed, 2)
+    return counts
+
+
 def simulate(run: Run) -> dict[str, Any]:
     from lab.experiments.default_search import bench_for, collapsed, final
     from server.strategies import layers
-    from server.strategies.label_check import LabelCheck
     from sim.adversary import adversary, backdoor_success
 
     w = replace(FLEETS[run.fleet], data_seed=run.seed, split_seed=run.seed)
@@ -166,20 +182,7 @@ def simulate(run: Run) -> dict[str, Any]:
         if attack is not None
         else {"honest": result.gradients, "honest_dropped": result.dropped}
     )
-    for _, layer in layers(
-        sim.core.run.strategy
-    ):  # label-check's ramp: the pushes it weighed down, by sender
-        if isinstance(layer, LabelCheck) and layer.ramp:
-            for i, device in enumerate(sim.devices):
-                side = "byzantine" if attack is not None and attack.is_byzantine(i) else "honest"
-                shrunk, removed = (
-                    layer.shrunk_by_device[device.device],
-                    layer.removed_by_device[device.device],
-                )
-                pushes[f"{side}_shrunk"] = pushes.get(f"{side}_shrunk", 0) + shrunk
-                pushes[f"{side}_shrunk_removed"] = round(
-                    pushes.get(f"{side}_shrunk_removed", 0.0) + removed, 2
-                )
+    pushes.update(shrunk_pushes(sim.core.run.strategy, [d.device.device_id for d in sim.devices], attack))
     backdoor = None
     if run.attack in BACKDOORS and attack is not None:
         backdoor = backdoor_success(bench, sim.core.run.served(), attack.attack)  # type: ignore[arg-type]
