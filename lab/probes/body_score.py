@@ -28,6 +28,9 @@ def one(job: tuple[str, str, int, str, float]) -> dict[str, Any]:
     return {
         "defence": defence, "attack": attack, "seed": seed, "fleet": fleet, "final": out["final"],
         "time_to_target": out["time_to_target"], "honest_dropped": round(dropped / max(honest, 1), 4),
+        # label-check's ramp: the share of honest pushes weighed down, and of their weight taken off
+        "honest_shrunk": round(pushes.get("honest_shrunk", 0) / max(honest, 1), 4),
+        "honest_shrunk_removed": round(pushes.get("honest_shrunk_removed", 0.0) / max(honest, 1), 4),
         "byzantine_dropped": pushes.get("byzantine_dropped"), "byzantine": pushes.get("byzantine"),
         "backdoor_success": out["backdoor_success"],
     }  # fmt: skip
