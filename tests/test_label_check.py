@@ -197,20 +197,3 @@ def test_once_settled_a_standing_just_under_the_threshold_is_weighed_down_not_dr
     # counted by device with the weight taken off (in pushes): an experiment splits honest from Byzantine
     assert ramped.shrunk_by_device == {"honest": 1}
     assert ramped.removed_by_device["honest"] == pytest.approx(1.0 - share[0], abs=1e-4)
-
-
-def test_the_robust_experiment_splits_the_ramps_pushes_by_sender():
-    from lab.experiments.robust import shrunk_pushes
-
-    class Attack:
-        def is_byzantine(self, i: int) -> bool:
-            return i == 1
-
-    ramped = LabelCheck(_Recorder(), threshold=0.0, settled=-0.2, ramp=0.3)
-    ramped.shrunk_by_device.update({"d0": 2, "d1": 5, "d2": 1})
-    ramped.removed_by_device.update({"d0": 0.5, "d1": 4.0, "d2": 0.25})
-    split = shrunk_pushes(ramped, ["d0", "d1", "d2"], Attack())
-    assert split == {"honest_shrunk": 3, "honest_shrunk_removed": 0.75, "byzantine_shrunk": 5,
-                     "byzantine_shrunk_removed": 4.0}  # fmt: skip
-    assert shrunk_pushes(ramped, ["d0", "d1", "d2"], None)["honest_shrunk"] == 8  # no attack: all honest
-    assert shrunk_pushes(LabelCheck(_Recorder()), ["d0"], None) == {}  # no ramp, nothing to count
