@@ -47,6 +47,17 @@ def triggers(by_defence: dict[str, list[dict[str, Any]]]) -> str:
     return " / ".join(first.get("backdoor_by_trigger") or {}) or "the corner trigger"
 
 
+def worst_drop(by_defence: dict[str, list[dict[str, Any]]], seeds: list[int]) -> str:
+    """Each defence's worst single run for honest pushes at weight 0 (the medians above can hide one seed)."""
+    each = []
+    for defence, judgements in by_defence.items():
+        runs = [(d, a, seed) for j, seed in zip(judgements, seeds, strict=True)
+                for a, d in j["honest_dropped"].items() if d is not None]  # fmt: skip
+        if runs and (worst := max(runs))[0] > 0:
+            each.append(f"{defence} {_pct(worst[0])} ({worst[1]}, seed {worst[2]})")
+    return "Worst single run, honest pushes at weight 0: " + "; ".join(each) + "." if each else ""
+
+
 def shrunk(by_defence: dict[str, list[dict[str, Any]]]) -> str:
     """The weight label-check's ramp took off the honest pushes it kept (not counted as dropped), the worst
     attack's median over the seeds, per defence that ramps; "" when none does (or results before it)."""
@@ -137,6 +148,8 @@ def markdown(result: Result, plan: Any) -> str:
                 + " | ".join(f"{_pts(c['gap'])} ({_pct(c['dropped'])})" for c in cells)
                 + f" | {backdoors(judgements)} | {'—' if cost is None else f'{cost:.2f}×'} |"
             )
+        if line := worst_drop(by_defence, s["seeds"]):
+            lines += ["", line]
         if line := shrunk(by_defence):
             lines += ["", line]
         if line := bound(s, fleet, s["fleet_shares"][fleet], s["seeds"]):
