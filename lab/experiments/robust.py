@@ -37,6 +37,7 @@ defaults (chosen by their authors' probes on other data: tests/test_robust_wrapp
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -135,14 +136,17 @@ def shrunk_pushes(strategy: Any, device_ids: list[str], attack: Any) -> dict[str
     from server.strategies import layers
     from server.strategies.label_check import LabelCheck
 
-    counts: dict[str, float] = {}
+    shrunk: Counter[str] = Counter()
+    removed: Counter[str] = Counter()
     for _, layer in layers(strategy):
         if isinstance(layer, LabelCheck) and layer.ramp:
             for i, device in enumerate(device_ids):
                 side = "byzantine" if attack is not None and attack.is_byzantine(i) else "honest"
-                counts[f"{side}_shrunk"] = counts.get(f"{side}_shrunk", 0) + layer.shrunk_by_device[device]
-                removed = counts.get(f"{side}_shrunk_removed", 0.0) + layer.removed_by_device[device]
-                counts[f"{side}_shrunk_removed"] = round(removed, 2)
+                shrunk[side] += layer.shrunk_by_device[device]
+                removed[side] += layer.removed_by_device[device]
+    counts: dict[str, float] = {}
+    for side in shrunk:
+        counts[f"{side}_shrunk"], counts[f"{side}_shrunk_removed"] = shrunk[side], round(removed[side], 2)
     return counts
 
 

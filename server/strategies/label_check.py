@@ -111,10 +111,15 @@ class LabelCheck(StrategyWrapper):
         self.reference = reference
         self.standing: dict[str, float] = {}
         self.by_label = LabelGradients()
-        self.received = self.false_claims = self.row_drops = self.row_shrunk = 0
+        self.received = self.false_claims = self.row_drops = 0
         # each device's pushes weighed down by the ramp, and the weight taken off them (in pushes)
         self.shrunk_by_device: Counter[str] = Counter()
         self.removed_by_device: Counter[str] = Counter()
+
+    @property
+    def row_shrunk(self) -> int:
+        """The pushes the ramp weighed down, every device's."""
+        return sum(self.shrunk_by_device.values())
 
     def reads(self) -> frozenset[str]:
         return frozenset({"label_counts"}) | self.inner.reads()
@@ -168,7 +173,6 @@ class LabelCheck(StrategyWrapper):
                 if share <= 0.0:
                     self.row_drops += 1
                     return self._drop(arrival)
-                self.row_shrunk += 1
                 self.shrunk_by_device[arrival.device_id] += 1
                 self.removed_by_device[arrival.device_id] += 1.0 - share
                 arrival = dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(share))
