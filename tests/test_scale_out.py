@@ -129,6 +129,45 @@ def test_an_aggregator_that_lost_its_lease_commits_nothing(tmp_path, postgres_da
     worker.close()
 
 
+def test_a_resumed_aggregator_finding_pushes_on_newer_versions_stops_as_lease_lost(
+    tmp_path, postgres_database
+):
+    """Paused past its lease while a second aggregator applied pushes, the first resumes to a queue of
+    pushes on versions it never made: it applies none of them and stops as having lost its lease (it
+    once fed a negative staleness to the strategy and crashed)."""
+    from server.compose import build_coordinator, build_store
+    from server.scale.aggregator import AggregatorStore, drain
+
+    worker, first, first_store = cluster(tmp_path, postgres_database)
+    store = build_store(settings_for(tmp_path, database_url=postgres_database))
+    token = store.take_aggregator_lease("second", now=time.time() + 60, ttl=600.0)  # the first's lapsed
+    second_store = AggregatorStore(store, holder="second", token=token, ttl=600.0, announcer=None)
+    second = build_coordinator(
+        settings_for(tmp_path, database_url=postgres_database, role="aggregator"), store=second_store
+    )
+    device, _ = worker.enroll("Galaxy S7")
+    device = Device(device.device_id, device.device_model)
+    n = worker.run.manifest.num_params
+    for _ in range(2):
+        grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
+        worker.submit(device, grant.task_id, result(n))
+        stop = threading.Event()
+        threading.Timer(1.0, stop.set).start()
+        assert drain(second, second_store, batch=16, stop=stop) == 1
+        worker.follow()
+    assert worker.run.version == 2 and first.run.version == 0
+    grant = worker.request_task(TaskRequest(device, FEATURES, [5] * 10))
+    assert grant.version == 2
+    worker.submit(device, grant.task_id, result(n))
+    with pytest.raises(LeaseLost):
+        drain(first, first_store, batch=16, stop=threading.Event())
+    assert first.run.version == 0
+    assert count(postgres_database, "select count(*) from push_queue") == 1  # still queued, for the second
+    assert count(postgres_database, "select current_version from models") == 2
+    for core in (worker, first, second):
+        core.close()
+
+
 def test_a_database_error_while_draining_is_retried_not_fatal(tmp_path, postgres_database):
     """Paused mid-read past its lease, the aggregator's session is ended by PostgreSQL: the read fails
     once; the drain retries it (the fence, not the error, decides whether it may go on)."""

@@ -72,6 +72,12 @@ class StorageUnavailable(Exception):
     retry_after: float = 2.0
 
 
+class StateBehind(Exception):
+    """A push answers a version this process never made: another process advanced the model meanwhile
+    (scale-out: another aggregator held the lease). Not a ``CoordinatorError``: the push is valid, this
+    process's state is what is stale, and nothing of the push is applied."""
+
+
 class LeaseLost(Exception):
     """Scale-out: this aggregator's fencing token is no longer the lease's (another aggregator took it
     over): its transaction rolled back and it must stop applying."""

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from server.core.catalog import Catalog
-from server.core.errors import InvalidInput
+from server.core.errors import InvalidInput, StateBehind
 from server.core.events import Event, NewVersion, PushApplied, PushQueued
 from server.core.figures import RecentFigures
 from server.core.leases import Lease
@@ -146,6 +146,8 @@ class ApplyNow:
 
     def accept(self, push: Push) -> tuple[PushOutcome, Event]:
         run, lease, result, now = push.run, push.lease, push.result, push.now
+        if lease.version > run.version:  # only what applies checks this: an API worker may lag its peers
+            raise StateBehind(f"a push on version {lease.version}, beyond this process's {run.version}")
         arrival = Arrival(
             task_id=lease.task_id,
             device_id=lease.device_id,

@@ -18,13 +18,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from secrets import token_hex
 from typing import Any
 
 from server.core.coordinator import Coordinator
-from server.core.errors import CoordinatorError, LeaseLost, StorageUnavailable
+from server.core.errors import CoordinatorError, LeaseLost, StateBehind, StorageUnavailable
 from server.core.events import Event, Fenced, PushApplied, PushDropped
 from server.core.journal import Ticket
 from server.core.leases import Lease
@@ -99,6 +99,10 @@ def apply_queued(aggregator: Coordinator, pushes: Sequence[QueuedPush]) -> Ticke
         log.warning("dropping queued push %s: %s", lease.task_id, error)
         return PushDropped(lease.task_id, queue_id, str(error)[:200], aggregator.clock())
 
+    run = aggregator.run
+    ahead = [p.lease.version for p in pushes if run is not None and p.lease.model_id == run.model_id]
+    if ahead and max(ahead) > run.version:  # checked before any is applied: none of the batch is
+        raise StateBehind(f"a queued push on version {max(ahead)}, beyond this aggregator's {run.version}")
     answers = [
         (
             replace(push.lease, deadline=math.inf),  # live when a worker queued it: no expiry in the queue
@@ -116,6 +120,26 @@ def lease_lost(error: BaseException | None) -> bool:
             return True
         error = error.__cause__
     return False
+
+
+def apply_or_stop(
+    aggregator: Coordinator, store: AggregatorStore, pushes: Sequence[QueuedPush], settle: Callable[[], bool]
+) -> Ticket | None:
+    """``apply_queued``, unless a push answers a version this aggregator never made: another aggregator
+    applied pushes while this one was paused past its lease. Then the pending batch (``settle``) or a
+    fenced commit says so (``LeaseLost``); if it still holds the lease, its state and storage disagree
+    and it must not go on either."""
+    try:
+        return apply_queued(aggregator, pushes)
+    except StateBehind as error:
+        settle()
+        try:
+            store.commit([])
+        except StorageUnavailable as exc:
+            raise LeaseLost(f"{error}, and the lease cannot be checked ({exc})") from error
+        raise RuntimeError(
+            f"{error}, yet this aggregator holds the lease: state and storage disagree"
+        ) from error
 
 
 def read_queue(store: AggregatorStore, batch: int, after: int, stop: threading.Event) -> list[QueuedPush]:
@@ -189,7 +213,7 @@ def drain(
             idle = min(idle * 2, idle_max_s)
             continue
         idle = 0.001
-        ticket = apply_queued(aggregator, pushes)
+        ticket = apply_or_stop(aggregator, store, pushes, settle)
         committed = settle()
         if ticket is not None:
             pending = (ticket, len(pushes))
