@@ -31,6 +31,7 @@ from server.settings_rules import refusals
 from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.strategies import DEFAULT_STRATEGY, Strategy, dp_refusal, make_strategy, wrap
+from server.strategies.label_check import class_templates
 
 log = logging.getLogger("fleet.server")
 
@@ -139,6 +140,17 @@ class TrustedGradient:
     def head(self) -> tuple[slice, slice] | None:
         run = None if self.coordinator is None else self.coordinator.run
         return None if run is None else run.manifest.head()
+
+    def templates(self) -> np.ndarray | None:
+        run = None if self.coordinator is None else self.coordinator.run
+        head = None if run is None else run.manifest.head()
+        if run is None or head is None or self.gradient() is None:  # gradient(): the session, made once
+            return None
+        session, shape = self.sessions[run.model_id], run.manifest.input_shape
+        x = self.x.reshape((-1, *shape))
+        return class_templates(
+            lambda x1, y1: session.loss_and_gradient(run.params, x1, y1)[1], x, self.y, head
+        )
 
 
 def trusted_gradient(settings: Settings, coordinator: Coordinator | None = None) -> TrustedGradient | None:

@@ -11,7 +11,7 @@ from fleet_protocol.manifest import Manifest, ParamSpec
 from models.manifest import builtin
 from server.strategies import WRAPPERS, make_strategy, wrap
 from server.strategies.base import Arrival
-from server.strategies.label_check import LabelCheck, LabelCheckSettings
+from server.strategies.label_check import LabelCheck, LabelCheckSettings, class_templates
 from sim.data import load_mnist
 
 
@@ -39,6 +39,14 @@ class Trusted:
 
     def head(self) -> tuple[slice, slice] | None:
         return self.session.manifest.head()
+
+    def templates(self) -> np.ndarray | None:
+        head = self.head()
+        if head is None:
+            return None
+        return class_templates(
+            lambda x1, y1: self.session.loss_and_gradient(self.params, x1, y1)[1], self.x, self.y, head
+        )
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +205,57 @@ def test_once_settled_a_standing_just_under_the_threshold_is_weighed_down_not_dr
     # counted by device with the weight taken off (in pushes): an experiment splits honest from Byzantine
     assert ramped.shrunk_by_device == {"honest": 1}
     assert ramped.removed_by_device["honest"] == pytest.approx(1.0 - share[0], abs=1e-4)
+
+
+def test_the_class_templates_are_the_features_the_output_layer_reads_averaged_by_class(logreg):
+    """Logistic regression's output layer reads the pixels: its templates are each class's mean digit,
+    less the mean over the classes, read back from one-digit gradients (h = ∂W_k / ∂b_k)."""
+    session, params, x, y, trusted = logreg
+    templates = trusted.templates()
+    pixels = trusted.x.reshape(len(trusted.y), -1).astype(np.float64)
+    means = np.stack([pixels[trusted.y == c].mean(axis=0) for c in range(10)])
+    assert templates.shape == means.shape
+    assert np.allclose(templates, means - means.mean(axis=0), atol=1e-4)
+    only = trusted.y != 7  # a class with no trusted sample: a zero template, left out of the mean
+    partial = class_templates(
+        lambda x1, y1: session.loss_and_gradient(params, x1, y1)[1], trusted.x[only], trusted.y[only],
+        trusted.head(),
+    )  # fmt: skip
+    kept = [c for c in range(10) if c != 7]
+    assert np.all(partial[7] == 0)
+    assert np.allclose(partial[kept], means[kept] - means[kept].mean(axis=0), atol=1e-4)
+
+
+def test_with_templates_a_device_fails_the_row_test_only_when_its_rows_disagree_with_both_references(logreg):
+    session, params, x, y, trusted = logreg
+    rng = np.random.default_rng(3)
+    own = np.flatnonzero(np.isin(y[:3800], [3, 5]))
+
+    class Misleading(Trusted):  # trusted rows pointing away from every honest push: a drifted reference
+        def gradient(self, label=None):
+            g = super().gradient(label)
+            return None if g is None else -g
+
+    plain = LabelCheck(_Recorder(), threshold=0.0, memory=1, reference=Misleading(*trusted_args(trusted)))
+    both = LabelCheck(
+        _Recorder(), threshold=0.0, memory=1, template_every=5, reference=Misleading(*trusted_args(trusted))
+    )
+    rows = rng.choice(own, 60)
+    honest = push(session, params, x[rows], y[rows], device="honest")
+    assert plain.receive(honest) == 0.0  # the trusted rows alone drop it
+    assert both.receive(honest) > 0 and both.template_standing["honest"] > 0.1
+    # rows that pull each claimed class away from its own digits (the bias, and so the claim, kept honest)
+    weight = trusted.head()[0]
+    turned = honest.gradient.copy()
+    turned[weight] = -turned[weight]
+    good = LabelCheck(_Recorder(), threshold=0.0, memory=1, template_every=5, reference=trusted)
+    assert good.receive(Arrival("b", "turned", 0, 0, turned, honest.label_counts, 60, None, 0.0)) == 0.0
+    assert good.standing["turned"] < 0 and good.template_standing["turned"] < 0 and good.false_claims == 0
+    assert good.receive(honest) > 0
+    assert both.templates_at == 0 and both.state_dict()["label_check_template_standing"] == {
+        "honest": both.template_standing["honest"]
+    }
+
+
+def trusted_args(trusted: Trusted) -> tuple:
+    return trusted.session, trusted.params, trusted.x, trusted.y

@@ -489,6 +489,28 @@ def test_the_trusted_gradient_is_computed_once_a_version_and_shared_read_only():
     assert moved is not first and not np.allclose(moved, first)
 
 
+def test_the_servers_class_templates_are_the_mlps_hidden_features_averaged_by_class():
+    """label-check's templates through the server's port (the devices' ONNX graph, one sample at a time)
+    equal the hidden layer computed directly: ReLU(W1 x + b1), averaged by class, less the classes' mean."""
+    from types import SimpleNamespace
+
+    from models.manifest import builtin
+    from server.compose import TrustedGradient
+
+    bundle = builtin("mlp")
+    rng = np.random.default_rng(1)
+    x, y = rng.random((30, 784), dtype=np.float32), np.arange(30) % 10
+    port = TrustedGradient(x, y)
+    assert port.templates() is None  # no model trains yet
+    params = bundle.init_params + rng.normal(0, 0.01, bundle.init_params.size).astype(np.float32)
+    run = SimpleNamespace(model_id="m", version=1, params=params, manifest=bundle.manifest)
+    port.coordinator = SimpleNamespace(run=run, catalog=SimpleNamespace(graph=lambda *_: bundle.train_onnx))
+    parts = bundle.manifest.split(params)
+    hidden = np.maximum(x @ parts["fc1.weight"].T + parts["fc1.bias"], 0.0).astype(np.float64)
+    means = np.stack([hidden[y == c].mean(axis=0) for c in range(10)])
+    assert np.allclose(port.templates(), means - means.mean(axis=0), atol=1e-4)
+
+
 class HeadedReference(FixedReference):
     """g_s with its last two entries the output layer (``head``: weight, bias)."""
 

@@ -113,6 +113,17 @@ class SimulatedReference:
     def head(self) -> tuple[slice, slice] | None:
         return None if self.core is None or self.core.run is None else self.core.run.manifest.head()
 
+    def templates(self) -> np.ndarray | None:
+        from server.strategies.label_check import class_templates
+
+        head = self.head()
+        if head is None or self.core is None:
+            return None
+        params, x, y = self.core.run.params, self.bench.train.x[self.rows], self.bench.train.y[self.rows]
+        return class_templates(
+            lambda x1, y1: self.bench.gradients.loss_and_gradient(params, x1, y1)[1], x, y, head
+        )
+
 
 def defended(run: Run, reference: SimulatedReference) -> Any:
     """The default strategy inside ``run``'s defence (Kardam assumes ``KARDAM_SHARE`` of the devices)."""

@@ -104,6 +104,10 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # and once settled, a device up to 0.3 under it weighed down rather than dropped (weight 0 at −0.5): the
     # feedback broken (seed 1000 at 4x: 0.6% of honest pushes dropped with no attack, 7.4% under 6 in)
     "fltrust-parts-check-body-bound-rows-ramp": _rows(0.0, 30, {}, **RAMP),
+    # the row test holding a device to the trusted rows or the class templates, whichever it agrees with
+    # more (label-check ``template_every``; lab/probes/row_templates.py: honest standings above −0.2 at 4x on
+    # the tuning seeds, where the trusted rows alone put them down to −0.54; the backdoor's under −0.45)
+    "fltrust-parts-check-body-bound-rows-ramp-templates": _rows(0.0, 30, {}, **RAMP, template_every=20),
     # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
     # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),

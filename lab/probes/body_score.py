@@ -18,15 +18,19 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 
-def one(job: tuple[str, str, int, str, float]) -> dict[str, Any]:
+def one(job: tuple[str, str, int, str, float, int | None]) -> dict[str, Any]:
+    import lab.experiments.robust as robust
     from lab.experiments.robust import Run, simulate
 
-    defence, attack, seed, fleet, share = job
+    defence, attack, seed, fleet, share, trusted = job
+    if trusted is not None:  # the server's trusted digits: how many (the experiment's TRUSTED_SAMPLES)
+        robust.TRUSTED_SAMPLES = trusted
     out = simulate(Run(defence, None if attack == "clean" else attack, share, fleet, seed))
     pushes = out["pushes"]
     honest, dropped = pushes.get("honest", 0), pushes.get("honest_dropped", 0)
     return {
-        "defence": defence, "attack": attack, "seed": seed, "fleet": fleet, "final": out["final"],
+        "defence": defence, "attack": attack, "seed": seed, "fleet": fleet, "trusted": trusted,
+        "final": out["final"],
         "time_to_target": out["time_to_target"], "honest_dropped": round(dropped / max(honest, 1), 4),
         # label-check's ramp: the share of honest pushes weighed down, and of their weight taken off
         "honest_shrunk": round(pushes.get("honest_shrunk", 0) / max(honest, 1), 4),
@@ -43,10 +47,14 @@ def main() -> None:
     parser.add_argument("--seeds", default="1000")
     parser.add_argument("--fleet", default="peer-mlp", help="a fleet of lab/experiments/robust.py's FLEETS")
     parser.add_argument("--share", type=float, default=0.3, help="of the devices, Byzantine")
+    parser.add_argument(
+        "--trusted", default="", help="trusted digits, comma-separated (default: the experiment's)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     jobs = [
-        (d, a, int(s), args.fleet, args.share)
+        (d, a, int(s), args.fleet, args.share, int(t) if t else None)
+        for t in args.trusted.split(",")
         for s in args.seeds.split(",")
         for a in args.attacks.split(",")
         for d in args.defences.split(",")

@@ -188,6 +188,12 @@ class ReferenceGradient(Protocol):
         trains now; None while none trains or when its model ends otherwise."""
         ...
 
+    def templates(self) -> np.ndarray | None:
+        """Each class's mean features at the output layer's input over the trusted samples of that class,
+        less their mean over the classes (classes × width, 0 for a class with none), at the current
+        parameters; None while no model trains or when it has no softmax head (label-check's row test)."""
+        ...
+
 
 @runtime_checkable
 class Store(Protocol):

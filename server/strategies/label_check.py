@@ -27,6 +27,17 @@ model learns, lenient once it fits. With no attack it cut the honest drops at 4x
 devices dropped while it was strict had drifted past it, and 12-14% were still dropped (docs/robustness.md,
 the eleventh look).
 
+**Templates** (``template_every``): late in training the trusted gradient's row is made of the few trusted
+digits of c the model still gets wrong, and an honest device whose digits are unlike them drifts under the
+threshold however it settles (seed 3, 12,000 pushes: up to 20% of honest pushes at weight 0). The class's
+*template* does not depend on what the model gets wrong: the mean features the output layer reads on the
+trusted digits of c, less their mean over the classes (``class_templates``). An honest −∂W_c adds the
+features of c's digits; a backdoor's target row adds those of other digits carrying the trigger. A device's
+standing is then the larger of its standings against the trusted rows and against the templates: it fails
+only when its rows disagree with both (lab/probes/row_templates.py: on the tuning seeds at 12,000 pushes,
+honest standings stayed above −0.2 and the backdoor's under −0.5, where the trusted rows alone put honest
+ones down to −0.54).
+
 An attack that keeps the output layer honest (``honest_head``) passes both tests, and ALIE that way took the
 fleet to 0.48 inside it with FLTrust (docs/robustness.md): an option, not the recommended defence.
 It reads ``label_counts``, so it is refused with DP on; it takes its trusted digits from the
@@ -38,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -81,6 +93,43 @@ class LabelCheckSettings(WrapperSettings):
         description="once settled, a standing this far under the threshold gets weight 0, one between"
         " a share (0: every standing under it gets 0)",
     )
+    template_every: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="the class templates, recomputed every this many versions: a device's standing is the"
+        " larger of its standings against the trusted rows and against them (0: the trusted rows alone)",
+    )
+
+
+def class_templates(
+    gradient_of_one: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    head: tuple[slice, slice],
+) -> np.ndarray:
+    """Each class's mean features at the output layer's input over the samples ``x`` of that class, less
+    their mean over the classes present (0 for a class with none). For softmax cross-entropy a one-sample
+    gradient is ∂W_k = (p_k − y_k) h and ∂b_k = p_k − y_k, so h = ∂W_k / ∂b_k at the largest |∂b_k|: the
+    features come from the training graph the devices run, one sample at a time (``gradient_of_one``)."""
+    classes = head[1].stop - head[1].start
+    sums: np.ndarray | None = None
+    counts = np.zeros(classes)
+    for i in range(len(y)):
+        gradient = gradient_of_one(x[i : i + 1], y[i : i + 1])
+        weight, bias = gradient[head[0]].reshape(classes, -1).astype(np.float64), gradient[head[1]]
+        k = int(np.argmax(np.abs(bias)))
+        if bias[k] == 0:  # a sample fitted to float precision: no features to read
+            continue
+        sums = np.zeros((classes, weight.shape[1])) if sums is None else sums
+        sums[int(y[i])] += weight[k] / float(bias[k])
+        counts[int(y[i])] += 1
+    if sums is None:
+        return np.zeros((classes, (head[0].stop - head[0].start) // classes), np.float32)
+    means = sums / np.maximum(counts, 1)[:, None]
+    templates = means - means[counts > 0].mean(axis=0)
+    templates[counts == 0] = 0.0
+    return templates.astype(np.float32)
 
 
 remembered = TrustedScore.remembered  # a device's standing: the exponential average of its last scores
@@ -102,6 +151,7 @@ class LabelCheck(StrategyWrapper):
         residual: float = 0.1,
         window: int = 200,
         ramp: float = 0.0,
+        template_every: int = 0,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -110,6 +160,10 @@ class LabelCheck(StrategyWrapper):
         self.residuals: deque[float] = deque(maxlen=window)  # the bias residuals of the pushes passed
         self.reference = reference
         self.standing: dict[str, float] = {}
+        self.template_every = template_every
+        self.template_standing: dict[str, float] = {}  # against the class templates
+        self.templates: np.ndarray | None = None
+        self.templates_at: int | None = None  # the version they are of
         self.by_label = LabelGradients()
         self.received = self.false_claims = self.row_drops = 0
         # each device's pushes weighed down by the ramp, and the weight taken off them (in pushes)
@@ -149,6 +203,38 @@ class LabelCheck(StrategyWrapper):
         ]
         return min(cosines)
 
+    def templates_score(self, version: int, weight: np.ndarray, freq: np.ndarray) -> float | None:
+        """The lowest cosine of a tested claimed row's descent (−∂W_c) with its class's template; None
+        when templates are off or the port has none. The templates are recomputed every ``template_every``
+        versions (``class_templates``: one gradient per trusted sample)."""
+        if not self.template_every or self.reference is None:
+            return None
+        if self.templates_at is None or not 0 <= version - self.templates_at < self.template_every:
+            self.templates, self.templates_at = self.reference.templates(), version
+        if self.templates is None or self.templates.shape[0] != len(freq):
+            return None
+        rows = weight.reshape(len(freq), -1)
+        cosines = [
+            -float(rows[c] @ self.templates[c])
+            / max(float(np.linalg.norm(rows[c]) * np.linalg.norm(self.templates[c])), 1e-30)
+            for c in np.flatnonzero(freq >= min(self.share, float(freq.max())))
+        ]
+        return min(cosines)
+
+    def standing_of(
+        self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray, head: slice
+    ) -> float | None:
+        """The device's standing: against the trusted rows, or the larger of that and its standing against
+        the class templates (both updated with this push)."""
+        version = arrival.base_version + arrival.staleness
+        score = self.rows_score(version, weight, freq, head)
+        standing = None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
+        template = self.templates_score(version, weight, freq)
+        if template is None:
+            return standing
+        by_template = remembered(self.template_standing, arrival.device_id, template, self.memory)
+        return by_template if standing is None else max(standing, by_template)
+
     def receive(self, arrival: Arrival) -> float:
         self.received += 1
         head = None if self.reference is None else self.reference.head()
@@ -163,10 +249,7 @@ class LabelCheck(StrategyWrapper):
         settledness = self.settledness()  # one median of the recent residuals a push
         threshold = self.threshold_now(settledness)
         if threshold is not None:
-            score = self.rows_score(arrival.base_version + arrival.staleness, weight, freq, head[0])
-            standing = (
-                None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
-            )
+            standing = self.standing_of(arrival, weight, freq, head[0])
             if standing is not None and standing < threshold:
                 ramp = self.ramp * settledness
                 share = 0.0 if ramp <= 0 else (standing - threshold + ramp) / ramp
@@ -213,11 +296,15 @@ class LabelCheck(StrategyWrapper):
         return {
             **self.inner.state_dict(),
             "label_check_standing": dict(self.standing),
+            "label_check_template_standing": dict(self.template_standing),
             "label_check_residuals": list(self.residuals),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)
         self.standing = {str(k): float(v) for k, v in state.get("label_check_standing", {}).items()}
+        self.template_standing = {
+            str(k): float(v) for k, v in state.get("label_check_template_standing", {}).items()
+        }
         self.residuals.clear()
         self.residuals.extend(float(r) for r in state.get("label_check_residuals", []))
