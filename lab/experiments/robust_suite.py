@@ -34,7 +34,7 @@ BOUND = {"name": "trusted-bound"}
 
 
 def _rows(
-    threshold: float, memory: int = 10, bound: dict[str, Any] | None = None, **settling: float
+    threshold: float, memory: int = 10, bound: dict[str, Any] | None = None, **settling: Any
 ) -> tuple[dict[str, Any], ...]:
     """The body bound (``bound``: its settings over the default body bound's, None for none) and FLTrust
     scoring each part, inside label-check with its row test on (``settling``: label-check's ``settled``,
@@ -108,6 +108,11 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # more (label-check ``template_every``; lab/probes/row_templates.py: honest standings above −0.2 at 4x on
     # the tuning seeds, where the trusted rows alone put them down to −0.54; the backdoor's under −0.45)
     "fltrust-parts-check-body-bound-rows-ramp-templates": _rows(0.0, 30, {}, **RAMP, template_every=20),
+    # or against one score moving from the trusted rows' to the templates' as the fleet settles (the
+    # larger of the two let backdoor-inset6 reach 12% on seed 1000 at 4x, against 3.7% without templates)
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling": _rows(
+        0.0, 30, {}, **RAMP, template_every=20, template_mix="settling"
+    ),
     # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
     # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),

@@ -100,6 +100,11 @@ class LabelCheckSettings(WrapperSettings):
         description="the class templates, recomputed every this many versions: a device's standing is the"
         " larger of its standings against the trusted rows and against them (0: the trusted rows alone)",
     )
+    template_mix: Literal["larger", "settling"] = Field(
+        "larger",
+        description="with templates: the larger of the two standings, or one standing whose score moves"
+        " from the trusted rows' cosine to the templates' as the fleet settles (``residual``)",
+    )
 
 
 def class_templates(
@@ -152,6 +157,7 @@ class LabelCheck(StrategyWrapper):
         window: int = 200,
         ramp: float = 0.0,
         template_every: int = 0,
+        template_mix: str = "larger",
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -160,7 +166,7 @@ class LabelCheck(StrategyWrapper):
         self.residuals: deque[float] = deque(maxlen=window)  # the bias residuals of the pushes passed
         self.reference = reference
         self.standing: dict[str, float] = {}
-        self.template_every = template_every
+        self.template_every, self.template_mix = template_every, template_mix
         self.template_standing: dict[str, float] = {}  # against the class templates
         self.templates: np.ndarray | None = None
         self.templates_at: int | None = None  # the version they are of
@@ -222,14 +228,18 @@ class LabelCheck(StrategyWrapper):
         return min(cosines)
 
     def standing_of(
-        self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray, head: slice
+        self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray, head: slice, settledness: float
     ) -> float | None:
-        """The device's standing: against the trusted rows, or the larger of that and its standing against
-        the class templates (both updated with this push)."""
+        """The device's standing: against the trusted rows; with templates, the larger of that and its
+        standing against them (both updated with this push), or (``settling``) against a score moving from
+        the trusted rows' cosine to the templates' as the fleet settles."""
         version = arrival.base_version + arrival.staleness
         score = self.rows_score(version, weight, freq, head)
-        standing = None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
         template = self.templates_score(version, weight, freq)
+        if template is not None and score is not None and self.template_mix == "settling":
+            score = (1.0 - settledness) * score + settledness * template
+            template = None
+        standing = None if score is None else remembered(self.standing, arrival.device_id, score, self.memory)
         if template is None:
             return standing
         by_template = remembered(self.template_standing, arrival.device_id, template, self.memory)
@@ -249,7 +259,7 @@ class LabelCheck(StrategyWrapper):
         settledness = self.settledness()  # one median of the recent residuals a push
         threshold = self.threshold_now(settledness)
         if threshold is not None:
-            standing = self.standing_of(arrival, weight, freq, head[0])
+            standing = self.standing_of(arrival, weight, freq, head[0], settledness)
             if standing is not None and standing < threshold:
                 ramp = self.ramp * settledness
                 share = 0.0 if ramp <= 0 else (standing - threshold + ramp) / ramp
