@@ -257,5 +257,28 @@ def test_with_templates_a_device_fails_the_row_test_only_when_its_rows_disagree_
     }
 
 
+def test_settling_the_row_test_moves_from_the_trusted_rows_to_the_templates_as_the_fleet_fits(logreg):
+    session, params, x, y, trusted = logreg
+    rows = np.random.default_rng(3).choice(np.flatnonzero(np.isin(y[:3800], [3, 5])), 60)
+    honest = push(session, params, x[rows], y[rows], device="honest")
+
+    class Misleading(Trusted):
+        def gradient(self, label=None):
+            g = super().gradient(label)
+            return None if g is None else -g
+
+    def check() -> LabelCheck:
+        misleading = Misleading(*trusted_args(trusted))
+        return LabelCheck(_Recorder(), threshold=0.0, memory=1, template_every=5, template_mix="settling",
+                          settled=0.0, residual=0.1, reference=misleading)  # fmt: skip
+
+    learning, fitted = check(), check()
+    learning.residuals.extend([0.5] * 10)  # the model still learning: the trusted rows' cosine alone
+    fitted.residuals.extend([0.0] * 10)  # fitted: the templates' alone
+    assert learning.receive(honest) == 0.0 and learning.standing["honest"] < 0
+    assert fitted.receive(honest) > 0 and fitted.standing["honest"] > 0.1
+    assert fitted.template_standing == {}  # one standing, not two
+
+
 def trusted_args(trusted: Trusted) -> tuple:
     return trusted.session, trusted.params, trusted.x, trusted.y

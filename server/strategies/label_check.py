@@ -103,7 +103,7 @@ class LabelCheckSettings(WrapperSettings):
     template_mix: Literal["larger", "settling"] = Field(
         "larger",
         description="with templates: the larger of the two standings, or one standing whose score moves"
-        " from the trusted rows' cosine to the templates' as the fleet settles (``residual``)",
+        " from the trusted rows' cosine to the templates' as the fleet settles (with ``settled`` set)",
     )
 
 
