@@ -21,3 +21,19 @@ def test_the_ramps_pushes_are_split_by_sender():
                      "byzantine_shrunk_removed": 4.0}  # fmt: skip
     assert shrunk_pushes(ramped, ["d0", "d1", "d2"], None)["honest_shrunk"] == 8  # no attack: all honest
     assert shrunk_pushes(LabelCheck(FedBuff(learning_rate=0.1, k=5)), ["d0"], None) == {}  # no ramp: nothing
+
+
+def test_an_honest_push_weighed_down_counts_toward_the_honest_drop_target():
+    """6% of honest pushes at weight 0 and 5% of their weight taken off by the ramp: 11% lost, a miss."""
+    from lab.experiments.robust import judge
+
+    def run(dropped: int, removed: float | None) -> dict:
+        pushes = {"honest": 1000, "honest_dropped": dropped}
+        if removed is not None:
+            pushes["honest_shrunk_removed"] = removed
+        return {"final": 0.94, "pushes": pushes, "time_to_target": 10.0, "backdoor_success": None}
+
+    clean = run(0, None)
+    assert judge({"clean": run(0, None), "alie": run(60, 50.0)}, clean, 10.0)["misses"] == ["drop:alie"]
+    assert judge({"clean": run(0, None), "alie": run(60, 30.0)}, clean, 10.0)["misses"] == []
+    assert judge({"clean": run(0, None), "alie": run(60, None)}, clean, 10.0)["misses"] == []  # no ramp

@@ -10,18 +10,20 @@ seconds to the target, and, for the backdoor, the attack success rate on the tri
 
 Two stages, so the recommendation never sees the reported seeds:
 
-1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on the
-   first fleet; the recommended defence is the one that loses the fewest attacks (more than 2 points below
-   the clean fleet and half a point below a perfect filter, or a backdoor trigger past 10% success; until
-   2026-11-29 the perfect filter was not counted), then has the smallest worst result against its
-   target (a gap over 2 points, a success over 10%; until 2026-11-29 the worst gap alone), then misses
-   the fewest of the other targets, each counted once (≤ 10% honest pushes dropped, ≤ 1.2× the undefended
-   time to the target with no attack): ``standing``. Until 2026-11-26 every miss counted, one per attack
-   for honest drops too, and the first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet
-   run) ranked centered clipping, which lost 6 attacks by up to 74 points, above FLTrust by device
-   standing, which lost 4 by up to 12 but dropped honest work under each attack. The rule was changed for
-   that. Until 2026-11-29 the backdoor counted once, however many triggers passed, so a defence stopping
-   one trigger of two tied with one stopping neither (docs/robustness.md, the third look).
+1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on
+   ``choice_fleet`` (the first fleet unless set; the rerun's: peer-mlp-long, since 2026-11-29); the
+   recommended defence is the one that loses the fewest attacks (more than 2 points below the clean fleet
+   and half a point below a perfect filter, or a backdoor trigger past 10% success; until 2026-11-29 the
+   perfect filter was not counted), then has the smallest worst result against its target (a gap over 2
+   points, a success over 10%; until 2026-11-29 the worst gap alone), then misses the fewest of the other
+   targets, each counted once (≤ 10% of the honest pushes' weight lost: those at weight 0 and, since
+   2026-11-29, what label-check's ramp took off the rest; ≤ 1.2× the undefended time to the target with no
+   attack): ``standing``. Until 2026-11-26 every miss counted, one per attack for honest drops too, and the
+   first full choice (at bd1f1a9, seed 1000 only; the reported seeds not yet run) ranked centered clipping,
+   which lost 6 attacks by up to 74 points, above FLTrust by device standing, which lost 4 by up to 12 but
+   dropped honest work under each attack. The rule was changed for that. Until 2026-11-29 the backdoor
+   counted once, however many triggers passed, so a defence stopping one trigger of two tied with one
+   stopping neither (docs/robustness.md, the third look).
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
    on the others (the recommended alone on ``recommended_only``: the first fleet run 4x as long), and the
@@ -229,6 +231,9 @@ class RobustPlan(Plan):
     share: float = 0.3  # the heatmap's: 3 of 10
     shares: tuple[float, ...] = (0.1, 0.2, 0.3)  # the recommended defence's f-curve (1, 2, 3 of 10)
     tune_seed: int = 1000
+    # where the choice is made (None: the first fleet); the rerun chooses at 4x the horizon, where a row
+    # test's drift shows (docs/robustness.md, the thirteenth look)
+    choice_fleet: str | None = None
     seeds: tuple[int, ...] = (1, 2, 3)
     report_top: int = 0  # more of stage 1's best reported on the seeds beside none, Kardam, the chosen
     fleet_shares: tuple[tuple[str, float], ...] = (("fleet100", 0.1),)  # 10 of 100; others: ``share``
@@ -236,7 +241,9 @@ class RobustPlan(Plan):
 
 
 FULL = RobustPlan()
-RERUN_PLAN = RobustPlan(defences=RERUN)  # ``python -m lab.experiments.robust --rerun``
+RERUN_PLAN = RobustPlan(
+    defences=RERUN, choice_fleet="peer-mlp-long"
+)  # ``python -m lab.experiments.robust --rerun``
 QUICK = RobustPlan(quick=True, fleets=("quick",), defences=("none", "centered-clip", "geometric-median"),
                    attacks=("sign-flip", "alie"), shares=(0.3,), seeds=(1,))  # fmt: skip
 
@@ -265,7 +272,9 @@ def judge(
     by_trigger = {a: runs[a]["backdoor_success"] for a in BACKDOORS if a in runs}
     asr = max(by_trigger.values(), default=None)  # the worst trigger's
     misses = [a for a, g in gaps.items() if g > TARGET_GAP]
-    misses += [f"drop:{a}" for a, d in dropped.items() if d is not None and d > TARGET_HONEST_DROP]
+    # an honest push weighed down is partly dropped: the target counts the weight lost (since 2026-11-29)
+    lost = {a: d + shrunk.get(a, 0.0) for a, d in dropped.items() if d is not None}
+    misses += [f"drop:{a}" for a, d in lost.items() if d > TARGET_HONEST_DROP]
     misses += ["backdoor-success"] if asr is not None and asr > TARGET_ASR else []
     misses += ["cost"] if cost is not None and cost > TARGET_COST else []
     return {
@@ -317,17 +326,20 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     attacks: tuple[str | None, ...] = (None, *plan.attacks)
     at = {f: dict(plan.fleet_shares).get(f, plan.share) for f in plan.fleets}  # each fleet's share
     # the bound beside the defences: the attackers take their tasks and their pushes are lost on the way
-    where = [(first, plan.share, (plan.tune_seed,)), *((f, at[f], plan.seeds) for f in plan.fleets),
+    chooser = plan.choice_fleet or first
+    where = [(chooser, plan.share, (plan.tune_seed,)), *((f, at[f], plan.seeds) for f in plan.fleets),
              *((first, share, plan.seeds) for share in plan.shares)]  # fmt: skip
     bounds = list(
         dict.fromkeys(Run("none", SILENT, share, f, seed) for f, share, seeds in where for seed in seeds)
     )
     # 1. choose on the tuning seed (its perfect filter beside: what no defence is charged for)
-    tune_bound = Run("none", SILENT, plan.share, first, plan.tune_seed)
-    choice = cells(plan.defences, attacks, (plan.share,), (first,), (plan.tune_seed,))
+    tune_bound = Run("none", SILENT, plan.share, chooser, plan.tune_seed)
+    choice = cells(plan.defences, attacks, (plan.share,), (chooser,), (plan.tune_seed,))
     tuning = runner.run([*choice, tune_bound])
-    chosen_on = {d: judged(tuning, d, first, plan.tune_seed, plan.share, plan.attacks) for d in plan.defences}
-    lead = tuning[Run("none", None, 0.0, first, plan.tune_seed)]["final"] - tuning[tune_bound]["final"]
+    chosen_on = {
+        d: judged(tuning, d, chooser, plan.tune_seed, plan.share, plan.attacks) for d in plan.defences
+    }
+    lead = tuning[Run("none", None, 0.0, chooser, plan.tune_seed)]["final"] - tuning[tune_bound]["final"]
     ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standing(chosen_on[d], lead))
     recommended = ranked[0]
     reported = tuple(dict.fromkeys(("none", "kardam", recommended, *ranked[: plan.report_top])))
@@ -362,6 +374,7 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
         "fleet_shares": at,
         "shares": list(plan.shares),
         "tune_seed": plan.tune_seed,
+        "choice_fleet": chooser,
         "seeds": list(plan.seeds),
         "targets": {
             "gap": TARGET_GAP,

@@ -94,6 +94,7 @@ def markdown(result: Result, plan: Any) -> str:
     s = result.summary
     name = "robust-quick" if s["quick"] else "robust"
     first = next(iter(s["fleets"]))
+    chooser = s.get("choice_fleet", first)  # results before 2026-11-29 chose on the first fleet
     attacks = list(next(iter(s["choice"].values()))["gaps"])
     t = s["targets"]
     lines = [
@@ -113,10 +114,10 @@ def markdown(result: Result, plan: Any) -> str:
         f"{100 * t['gap']:.0f} points, honest dropped ≤ {100 * t['honest_drop']:.0f}%, backdoor success ≤ "
         f"{100 * t['asr']:.0f}%, no-attack time to target ≤ {t['cost']}× the undefended.",
         "",
-        f"**Recommended: {s['recommended']}** (chosen on seed {s['tune_seed']} on `{first}`, reported on "
+        f"**Recommended: {s['recommended']}** (chosen on seed {s['tune_seed']} on `{chooser}`, reported on "
         f"seeds {s['seeds']}).",
         "",
-        f"## The choice (seed {s['tune_seed']}, `{first}`)",
+        f"## The choice (seed {s['tune_seed']}, `{chooser}`)",
         "",
         "| defence | worst gap | cost (no attack) | backdoor success | targets missed |",
         "|---|---|---|---|---|",
@@ -125,7 +126,7 @@ def markdown(result: Result, plan: Any) -> str:
         cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
         missed = ", ".join(j["misses"]) or "none"
         lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
-    if line := bound(s, first, s["share"], [s["tune_seed"]]):
+    if line := bound(s, chooser, s["share"], [s["tune_seed"]]):
         lines += ["", line]
     for fleet, by_defence in s["heatmap"].items():
         info = s["fleets"][fleet]

@@ -198,8 +198,10 @@ CANDIDATES = (
     "fltrust-parts-check-body-bound-rows-settled",
     "fltrust-parts-check-body-bound-rows-ramp",
 )
-# the eleventh look's rerun (2026-11-29): the tenth's runner-up, the row test settling with its ramp, the
-# undefended and Kardam (every other candidate lost 13 or more of the 15 attacks at 398c624; FoolsGold and
-# parts-check without the bound lost 16 and 1 at 6f187b0; the row test as it was and settling without the
-# ramp were left behind by the ramp on the tuning seed at 4x: docs/robustness.md, the eleventh look)
-RERUN = ("none", "kardam", "fltrust-parts-check-body-bound", "fltrust-parts-check-body-bound-rows-ramp")
+# the rerun: the recommended defence against the thirteenth look's candidate (its row test settling onto the
+# class templates), with the undefended and Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``).
+# The eleventh look's rerun (2026-11-29, at e8d3bac) also held the tenth's runner-up,
+# fltrust-parts-check-body-bound (72.7% backdoor success at 3,000 pushes), left out now that a candidate
+# costs 16 runs of 12,000 pushes; every other candidate had lost 13 or more of the 15 attacks at 398c624
+RERUN = ("none", "kardam", "fltrust-parts-check-body-bound-rows-ramp",
+         "fltrust-parts-check-body-bound-rows-ramp-templates-settling")  # fmt: skip
