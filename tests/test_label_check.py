@@ -231,11 +231,6 @@ def test_with_templates_a_device_fails_the_row_test_only_when_its_rows_disagree_
     rng = np.random.default_rng(3)
     own = np.flatnonzero(np.isin(y[:3800], [3, 5]))
 
-    class Misleading(Trusted):  # trusted rows pointing away from every honest push: a drifted reference
-        def gradient(self, label=None):
-            g = super().gradient(label)
-            return None if g is None else -g
-
     plain = LabelCheck(_Recorder(), threshold=0.0, memory=1, reference=Misleading(*trusted_args(trusted)))
     both = LabelCheck(
         _Recorder(), threshold=0.0, memory=1, template_every=5, reference=Misleading(*trusted_args(trusted))
@@ -262,11 +257,6 @@ def test_settling_the_row_test_moves_from_the_trusted_rows_to_the_templates_as_t
     rows = np.random.default_rng(3).choice(np.flatnonzero(np.isin(y[:3800], [3, 5])), 60)
     honest = push(session, params, x[rows], y[rows], device="honest")
 
-    class Misleading(Trusted):
-        def gradient(self, label=None):
-            g = super().gradient(label)
-            return None if g is None else -g
-
     def check() -> LabelCheck:
         misleading = Misleading(*trusted_args(trusted))
         return LabelCheck(_Recorder(), threshold=0.0, memory=1, template_every=5, template_mix="settling",
@@ -278,6 +268,14 @@ def test_settling_the_row_test_moves_from_the_trusted_rows_to_the_templates_as_t
     assert learning.receive(honest) == 0.0 and learning.standing["honest"] < 0
     assert fitted.receive(honest) > 0 and fitted.standing["honest"] > 0.1
     assert fitted.template_standing == {}  # one standing, not two
+
+
+class Misleading(Trusted):
+    """Trusted rows pointing away from every honest push: a drifted reference."""
+
+    def gradient(self, label: int | None = None) -> np.ndarray | None:
+        g = super().gradient(label)
+        return None if g is None else -g
 
 
 def trusted_args(trusted: Trusted) -> tuple:
