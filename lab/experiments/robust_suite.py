@@ -113,6 +113,11 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling"
     ),
+    # and settled by the residual's lower quartile: label-flip's pushes pass the trusted rows (seed 1000 at
+    # 4x: 1 of 5,174 dropped, 0.900) and, 43% of the pushes with a high residual, hold the median unsettled
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25": _rows(
+        0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
+    ),
     # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
     # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),

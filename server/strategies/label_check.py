@@ -47,7 +47,6 @@ It reads ``label_counts``, so it is refused with DP on; it takes its trusted dig
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, Literal
@@ -85,7 +84,14 @@ class LabelCheckSettings(WrapperSettings):
     residual: float = Field(
         0.1, gt=0, le=1, description="the fleet's bias residual at and above which the threshold is unsettled"
     )
-    window: int = Field(200, ge=1, le=100_000, description="the bias residual's median is over this many")
+    window: int = Field(200, ge=1, le=100_000, description="the bias residual is taken over this many")
+    residual_quantile: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="the fleet's bias residual is this quantile of the last pushes passed (0.5: the median;"
+        " lower holds while more of the passed pushes are an attacker's, whose residual stays high)",
+    )
     ramp: float = Field(
         0.0,
         ge=0,
@@ -155,6 +161,7 @@ class LabelCheck(StrategyWrapper):
         settled: float | None = None,
         residual: float = 0.1,
         window: int = 200,
+        residual_quantile: float = 0.5,
         ramp: float = 0.0,
         template_every: int = 0,
         template_mix: str = "larger",
@@ -164,6 +171,7 @@ class LabelCheck(StrategyWrapper):
         self.threshold, self.memory, self.share, self.tolerance = threshold, memory, share, tolerance
         self.settled, self.residual, self.ramp = settled, residual, ramp
         self.residuals: deque[float] = deque(maxlen=window)  # the bias residuals of the pushes passed
+        self.residual_quantile = residual_quantile
         self.reference = reference
         self.standing: dict[str, float] = {}
         self.template_every, self.template_mix = template_every, template_mix
@@ -256,7 +264,7 @@ class LabelCheck(StrategyWrapper):
         if self.lies(bias, freq):
             self.false_claims += 1
             return self._drop(arrival)
-        settledness = self.settledness()  # one median of the recent residuals a push
+        settledness = self.settledness()  # one quantile of the recent residuals a push
         threshold = self.threshold_now(settledness)
         if threshold is not None:
             standing = self.standing_of(arrival, weight, freq, head[0], settledness)
@@ -273,10 +281,11 @@ class LabelCheck(StrategyWrapper):
         return self.inner.receive(arrival)
 
     def settledness(self) -> float:
-        """0 while the median bias residual of the pushes passed is at least ``residual``, 1 at 0."""
+        """0 while the fleet.s bias residual (``residual_quantile``) of the pushes passed is at least ``residual``, 1 at 0."""
         if self.settled is None or not self.residuals:
             return 0.0
-        return 1.0 - min(statistics.median(self.residuals) / self.residual, 1.0)
+        fleet = float(np.quantile(np.fromiter(self.residuals, float), self.residual_quantile))
+        return 1.0 - min(fleet / self.residual, 1.0)
 
     def threshold_now(self, settledness: float | None = None) -> float | None:
         """The row test's threshold: ``threshold`` while the median bias residual of the last pushes it
