@@ -281,7 +281,8 @@ class LabelCheck(StrategyWrapper):
         return self.inner.receive(arrival)
 
     def settledness(self) -> float:
-        """0 while the fleet.s bias residual (``residual_quantile``) of the pushes passed is at least ``residual``, 1 at 0."""
+        """0 while the fleet's bias residual (the ``residual_quantile`` of the pushes passed) is at least
+        ``residual``, 1 at 0."""
         if self.settled is None or not self.residuals:
             return 0.0
         fleet = float(np.quantile(np.fromiter(self.residuals, float), self.residual_quantile))
