@@ -166,6 +166,17 @@ def test_the_threshold_settles_as_the_passed_pushes_bias_residual_falls_and_a_dr
     check.residuals.extend([0.0] * 4)
     assert check.threshold_now() == pytest.approx(-0.3)
     assert LabelCheck(_Recorder(), threshold=0.25).threshold_now() == 0.25  # no settling: fixed
+    # 40% of the passed pushes an attacker's that the row test misses, their residual high: the median is
+    # the top of the honest pushes' (0.14), the lower quartile their middle (0.045)
+    mixed = [0.0, 0.02, 0.04, 0.06, 0.08, 0.2] + [0.9] * 4
+    median = LabelCheck(_Recorder(), threshold=0.0, settled=-0.3, residual=0.1, window=10)
+    quartile = LabelCheck(
+        _Recorder(), threshold=0.0, settled=-0.3, residual=0.1, window=10, residual_quantile=0.25
+    )
+    median.residuals.extend(mixed)
+    quartile.residuals.extend(mixed)
+    assert median.threshold_now() == 0.0  # held strict
+    assert quartile.threshold_now() == pytest.approx(-0.3 * (1 - 0.045 / 0.1))
 
 
 def test_a_settled_row_test_keeps_a_device_it_would_drop_strict_and_still_drops_a_backdoor(logreg):
