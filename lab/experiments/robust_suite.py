@@ -203,10 +203,12 @@ CANDIDATES = (
     "fltrust-parts-check-body-bound-rows-settled",
     "fltrust-parts-check-body-bound-rows-ramp",
 )
-# the rerun: the recommended defence against the thirteenth look's candidate (its row test settling onto the
-# class templates), with the undefended and Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``).
-# The eleventh look's rerun (2026-11-29, at e8d3bac) also held the tenth's runner-up,
-# fltrust-parts-check-body-bound (72.7% backdoor success at 3,000 pushes), left out now that a candidate
-# costs 16 runs of 12,000 pushes; every other candidate had lost 13 or more of the 15 attacks at 398c624
+# the rerun: the recommended defence against the thirteenth look's candidates (its row test settling onto
+# the class templates, by the median residual or the lower quartile), with the undefended and Kardam, chosen
+# at 4x the horizon (RERUN_PLAN's ``choice_fleet``). The eleventh look's rerun (2026-11-29, at e8d3bac) also
+# held the tenth's runner-up, fltrust-parts-check-body-bound (72.7% backdoor success at 3,000 pushes), left
+# out now that a candidate costs 16 runs of 12,000 pushes; every other candidate had lost 13 or more of the
+# 15 attacks at 398c624
 RERUN = ("none", "kardam", "fltrust-parts-check-body-bound-rows-ramp",
-         "fltrust-parts-check-body-bound-rows-ramp-templates-settling")  # fmt: skip
+         "fltrust-parts-check-body-bound-rows-ramp-templates-settling",
+         "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25")  # fmt: skip
