@@ -122,12 +122,7 @@ class TrustedGradient:
         rows = slice(None) if label is None else self.y == label
         if run is None or not len(self.y[rows]):  # no model trains, or no trusted sample has that label
             return None
-        session = self.sessions.get(run.model_id)
-        if session is None:
-            from client import GradientSession  # only a deployment that scores against trusted data pays
-
-            train_onnx = self.coordinator.catalog.graph(run.model_id, "train")  # type: ignore[union-attr]
-            session = self.sessions[run.model_id] = GradientSession(run.manifest, train_onnx)
+        session = self.session(run)
         if self._at != (run.model_id, run.version):
             self._at, self._computed = (run.model_id, run.version), {}
         if label not in self._computed:
@@ -144,13 +139,22 @@ class TrustedGradient:
     def templates(self) -> np.ndarray | None:
         run = None if self.coordinator is None else self.coordinator.run
         head = None if run is None else run.manifest.head()
-        if run is None or head is None or self.gradient() is None:  # gradient(): the session, made once
+        if run is None or head is None or not len(self.y):
             return None
-        session, shape = self.sessions[run.model_id], run.manifest.input_shape
-        x = self.x.reshape((-1, *shape))
+        session, x = self.session(run), self.x.reshape((-1, *run.manifest.input_shape))
         return class_templates(
             lambda x1, y1: session.loss_and_gradient(run.params, x1, y1)[1], x, self.y, head
         )
+
+    def session(self, run: Any) -> Any:
+        """The model's gradient session, made once per model."""
+        session = self.sessions.get(run.model_id)
+        if session is None:
+            from client import GradientSession  # only a deployment that scores against trusted data pays
+
+            train_onnx = self.coordinator.catalog.graph(run.model_id, "train")  # type: ignore[union-attr]
+            session = self.sessions[run.model_id] = GradientSession(run.manifest, train_onnx)
+        return session
 
 
 def trusted_gradient(settings: Settings, coordinator: Coordinator | None = None) -> TrustedGradient | None:

@@ -7,7 +7,8 @@ eleventh and twelfth looks: up to 20% of honest pushes at weight 0 on seed 3 at 
 steadier reference is the class's *template*: the mean penultimate features φ_c of the trusted digits of c,
 less the mean over the classes, which does not depend on what the model gets wrong now. For softmax
 cross-entropy a one-digit gradient is ∂W_k = (p_k − y_k) h and ∂b_k = p_k − y_k, so h = ∂W_k / ∂b_k: the
-features come from the same gradient port, one digit at a time (refreshed every ``--every`` versions).
+features come from the same gradient port, one digit at a time (label-check's ``class_templates``,
+refreshed every ``--every`` versions).
 
 An honest −∂W_c adds the features of c's digits (and takes away those of digits mistaken for c); a
 backdoor's target row adds the features of other digits carrying the trigger. This records, per push, the
@@ -33,23 +34,19 @@ from typing import Any
 
 import numpy as np
 
+from lab.probes.backdoor_rows import _cosine
 from server.strategies.base import Arrival
 from server.strategies.trusted_score import TrustedScore
 from server.strategies.wrappers import StrategyWrapper
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    return 0.0 if na == 0 or nb == 0 else float(np.dot(a, b) / (na * nb))
-
-
 class TemplateRecorder(StrategyWrapper):
     """Records both row statistics of every push, then passes it on (or withholds a Byzantine one)."""
 
-    def __init__(self, inner: Any, reference: Any, bench: Any, byzantine: Any, *, every: int, memory: int,
+    def __init__(self, inner: Any, reference: Any, byzantine: Any, *, every: int, memory: int,
                  oracle: bool) -> None:  # fmt: skip
         super().__init__(inner)
-        self.reference, self.bench, self.byzantine = reference, bench, byzantine
+        self.reference, self.byzantine = reference, byzantine
         self.every, self.memory, self.oracle = every, memory, oracle
         self.templates: np.ndarray | None = None
         self.templates_at = -(10**9)
@@ -59,27 +56,12 @@ class TemplateRecorder(StrategyWrapper):
         self.records: list[tuple[str, bool, int, float, float, float, float]] = []
         self.residuals: deque[float] = deque(maxlen=200)
 
-    def refresh(self, version: int, head: tuple[slice, slice]) -> None:
-        """φ_c − mean φ from one-digit gradients of the trusted digits, every ``every`` versions."""
+    def refresh(self, version: int) -> None:
+        """The class templates at the current parameters (``SimulatedReference.templates``, label-check's
+        own), every ``every`` versions."""
         if version - self.templates_at < self.every and self.templates is not None:
             return
-        params, rows = self.reference.core.run.params, self.reference.rows
-        classes = self.bench.num_classes
-        sums, counts = None, np.zeros(classes)
-        for i in rows:
-            x, y = self.bench.train.x[i : i + 1], self.bench.train.y[i : i + 1]
-            g = self.bench.gradients.loss_and_gradient(params, x, y)[1]
-            weight, bias = g[head[0]].reshape(classes, -1), g[head[1]]
-            k = int(np.argmax(np.abs(bias)))
-            h = weight[k] / bias[k]
-            sums = np.zeros((classes, h.size)) if sums is None else sums
-            sums[int(y[0])] += h
-            counts[int(y[0])] += 1
-        assert sums is not None
-        means = sums / np.maximum(counts, 1)[:, None]
-        self.templates = means - means[counts > 0].mean(axis=0)
-        self.templates[counts == 0] = 0.0
-        self.templates_at = version
+        self.templates, self.templates_at = self.reference.templates(), version
 
     def trusted_rows(self, version: int, freq: np.ndarray, head: tuple[slice, slice]) -> np.ndarray | None:
         if version != self.label_at:
@@ -100,7 +82,7 @@ class TemplateRecorder(StrategyWrapper):
         counts = arrival.label_counts
         if head is not None and counts is not None and counts.sum() > 0:
             version = arrival.base_version + arrival.staleness
-            self.refresh(version, head)
+            self.refresh(version)
             assert self.templates is not None
             freq = counts / counts.sum()
             rows = arrival.gradient[head[0]].reshape(len(freq), -1)
@@ -150,7 +132,7 @@ def one(job: tuple[str, int, bool, int, int, str]) -> dict[str, Any]:
         return attacker.is_byzantine(ids[device_id])
 
     def strategy() -> Any:
-        holder["recorder"] = TemplateRecorder(defended(run, reference), reference, bench, byzantine,
+        holder["recorder"] = TemplateRecorder(defended(run, reference), reference, byzantine,
                                               every=every, memory=memory, oracle=oracle)  # fmt: skip
         return holder["recorder"]
 

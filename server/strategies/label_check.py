@@ -36,7 +36,12 @@ features of c's digits; a backdoor's target row adds those of other digits carry
 standing is then the larger of its standings against the trusted rows and against the templates: it fails
 only when its rows disagree with both (lab/probes/row_templates.py: on the tuning seeds at 12,000 pushes,
 honest standings stayed above −0.2 and the backdoor's under −0.5, where the trusted rows alone put honest
-ones down to −0.54).
+ones down to −0.54). Inside the recommended defence that let backdoor-inset6 through (12% on seed 1000);
+``template_mix="settling"`` instead moves one score from the trusted rows' cosine to the templates' as the
+fleet settles, the trusted rows while the model learns and the templates once it fits (3.6%, and a third to
+a fifth of the honest weight the rows alone took). ``residual_quantile`` below 0.5 settles a fleet whose
+passed pushes are largely an attacker's with a high residual (label-flip: docs/robustness.md, the
+thirteenth look).
 
 An attack that keeps the output layer honest (``honest_head``) passes both tests, and ALIE that way took the
 fleet to 0.48 inside it with FLTrust (docs/robustness.md): an option, not the recommended defence.
@@ -209,13 +214,7 @@ class LabelCheck(StrategyWrapper):
                 mixed = g[head] * freq[label] if mixed is None else mixed + g[head] * freq[label]
         if mixed is None:
             return None
-        rows, trusted = weight.reshape(len(freq), -1), mixed.reshape(len(freq), -1)
-        cosines = [
-            float(rows[c] @ trusted[c])
-            / max(float(np.linalg.norm(rows[c]) * np.linalg.norm(trusted[c])), 1e-30)
-            for c in np.flatnonzero(freq >= min(self.share, float(freq.max())))
-        ]
-        return min(cosines)
+        return self.lowest_cosine(weight.reshape(len(freq), -1), mixed.reshape(len(freq), -1), freq)
 
     def templates_score(self, version: int, weight: np.ndarray, freq: np.ndarray) -> float | None:
         """The lowest cosine of a tested claimed row's descent (−∂W_c) with its class's template; None
@@ -227,13 +226,16 @@ class LabelCheck(StrategyWrapper):
             self.templates, self.templates_at = self.reference.templates(), version
         if self.templates is None or self.templates.shape[0] != len(freq):
             return None
-        rows = weight.reshape(len(freq), -1)
-        cosines = [
-            -float(rows[c] @ self.templates[c])
-            / max(float(np.linalg.norm(rows[c]) * np.linalg.norm(self.templates[c])), 1e-30)
+        return self.lowest_cosine(-weight.reshape(len(freq), -1), self.templates, freq)
+
+    def lowest_cosine(self, rows: np.ndarray, references: np.ndarray, freq: np.ndarray) -> float:
+        """The lowest cosine of a tested row (a class making up at least ``share`` of the claim, or the
+        claim's largest) with the same row of ``references``."""
+        return min(
+            float(rows[c] @ references[c])
+            / max(float(np.linalg.norm(rows[c]) * np.linalg.norm(references[c])), 1e-30)
             for c in np.flatnonzero(freq >= min(self.share, float(freq.max())))
-        ]
-        return min(cosines)
+        )
 
     def standing_of(
         self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray, head: slice, settledness: float
