@@ -60,7 +60,9 @@ demo-phones: $(VENV)/.runtime $(VENDOR)/.built
 
 # Two tiers (pytest's `slow` marker divides them; tests/conftest.py puts every PostgreSQL test in it):
 # `make test` is the everyday tier: ruff, the import contracts and the fast tests (units, the API in process on
-# SQLite, the client, the console without a browser), within 5 minutes; it prints the 15 slowest tests.
+# SQLite, the client, the console without a browser), within 5 minutes; it prints the 15 slowest tests. The
+# fast tests run on every core (pytest-xdist); the slow ones one at a time, since they share PostgreSQL's
+# templates, real ports and the machine's timing.
 # `make test-all` is everything, CI's tier: the fast tests plus the browser, Xvfb, PostgreSQL, real processes,
 # kill -9, the scale-out topology, live experiments and Ray. With CI=true an unreachable PostgreSQL fails
 # the run instead of skipping. The console's browser tests drive Debian's chromium (never a browser
@@ -76,10 +78,10 @@ $(XVFB):
 PYTEST := $(PY) -m pytest -q -ra --durations=15 --durations-min=0.5
 
 test: lint $(VENDOR)/.built
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -n auto -m "not slow"
 
-test-all: lint $(CHROMIUM) $(XVFB) $(VENDOR)/.built
-	$(PYTEST)
+test-all: test $(CHROMIUM) $(XVFB)
+	$(PYTEST) -m slow
 
 # Only the PostgreSQL variants (part of `make test-all`): quick to rerun after a storage change.
 test-postgres: $(VENV)/.dev
