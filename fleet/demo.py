@@ -35,7 +35,8 @@ from server.strategies import RECOMMENDED_DEFENCE
 # TRUSTED_SAMPLES training digits the server holds
 ROBUST: tuple[dict[str, Any], ...] = RECOMMENDED_DEFENCE
 ROBUST_NAME = (
-    "each push held to its claimed labels and each device's output rows to the trusted digits', FLTrust by"
+    "each push held to its claimed labels and each device's output rows to the trusted digits' (and, as the"
+    " fleet settles, to their class templates), FLTrust by"
     " each device's standing against the trusted digits of its labels, layer by layer, and a per-parameter"
     " bound from the trusted gradients"
 )

@@ -113,8 +113,10 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling"
     ),
-    # and settled by the residual's lower quartile: label-flip's pushes pass the trusted rows (seed 1000 at
-    # 4x: 1 of 5,174 dropped, 0.900) and, 43% of the pushes with a high residual, hold the median unsettled
+    # and settled by the residual's lower quartile: label-flip's pushes pass the trusted rows and, 43% of the
+    # pushes with a high residual, hold the median unsettled (a probe's 0.900 at 4x on seed 1000, not
+    # reproduced: the rerun's ramp, settling and this all end 0.933 there; docs/robustness.md). Chosen by the
+    # rerun at 4x (2026-11-29): RECOMMENDED_DEFENCE
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
     ),

@@ -66,19 +66,23 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
 # is the deployment's): label-check holds each push to the labels it claims (a lie is caught) and drops a
 # device whose output rows, over its last ~30 pushes, disagree with the trusted digits' (a backdoor pulls its
 # target's row toward other digits), strictly while the model learns and, once it fits its data (the bias
-# residual of the pushes passed under 0.1), weighing a device between −0.2 and −0.5 down rather than out (an
-# honest device with digits unlike the trusted ones drifts there, and dropped, would drift further); FLTrust
-# weighs a push by the device's standing against the trusted digits of its labels, the output layer and the
-# layers under it each scored (no gradient lengthened or weighing over its own); trusted-bound clips each
-# coordinate under the output layer to 4x its share of the trusted gradients (a backdoor's patch feeds
-# weights the trusted digits barely move, and learnt that slowly its attackers' rows keep disagreeing).
-# `fleet experiment robust` chose it on its tuning seed (2026-11-29); docs/results/robust.md has what it
-# holds and what it does not.
+# residual of the lower quartile of the pushes passed under 0.1), weighing a device between −0.2 and −0.5 down
+# rather than out (an honest device with digits unlike the trusted ones drifts there, and dropped, would drift
+# further), and scoring the rows less against the trusted gradient's and more against the class templates (the
+# mean features the output layer reads on each class's trusted digits, centred) as the fleet settles (late in
+# training the trusted rows are made of the few trusted digits still wrong, and honest devices drift from
+# them); FLTrust weighs a push by the device's standing against the trusted digits of its labels, the output
+# layer and the layers under it each scored (no gradient lengthened or weighing over its own); trusted-bound
+# clips each coordinate under the output layer to 4x its share of the trusted gradients (a backdoor's patch
+# feeds weights the trusted digits barely move, and learnt that slowly its attackers' rows keep disagreeing).
+# `fleet experiment robust` chose it on its tuning seed at 4x the horizon (2026-11-29); docs/results/robust.md
+# has what it holds and what it does not.
 RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
     {"name": "trusted-bound", "layers": "body"},
     {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
      "by_labels": "device", "max_weight": 1.0, "parts": "each"},
-    {"name": "label-check", "threshold": 0.0, "memory": 30, "settled": -0.2, "residual": 0.1, "ramp": 0.3},
+    {"name": "label-check", "threshold": 0.0, "memory": 30, "settled": -0.2, "residual": 0.1, "ramp": 0.3,
+     "template_every": 20, "template_mix": "settling", "residual_quantile": 0.25},
 )  # fmt: skip
 
 
