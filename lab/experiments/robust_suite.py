@@ -115,8 +115,8 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     # and settled by the residual's lower quartile: label-flip's pushes pass the trusted rows and, 43% of the
     # pushes with a high residual, hold the median unsettled (a probe's 0.900 at 4x on seed 1000, not
-    # reproduced: the rerun's ramp, settling and this all end 0.933 there; docs/robustness.md). Chosen by the
-    # rerun at 4x (2026-11-29): RECOMMENDED_DEFENCE
+    # reproduced: the rerun's ramp, settling and this all end 0.933 there; docs/robustness.md). The rerun at
+    # 4x chose it (2026-11-29): server/strategies' RECOMMENDED_DEFENCE
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
     ),
@@ -204,13 +204,15 @@ CANDIDATES = (
     "fltrust-parts-check-body-bound-rows",
     "fltrust-parts-check-body-bound-rows-settled",
     "fltrust-parts-check-body-bound-rows-ramp",
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling",
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25",
 )
-# the rerun: the recommended defence against the thirteenth look's candidates (its row test settling onto
-# the class templates, by the median residual or the lower quartile), with the undefended and Kardam, chosen
-# at 4x the horizon (RERUN_PLAN's ``choice_fleet``). The eleventh look's rerun (2026-11-29, at e8d3bac) also
-# held the tenth's runner-up, fltrust-parts-check-body-bound (72.7% backdoor success at 3,000 pushes), left
-# out now that a candidate costs 16 runs of 12,000 pushes; every other candidate had lost 13 or more of the
-# 15 attacks at 398c624
+# the rerun: the defence recommended before it (the ramp) against the thirteenth look's candidates (its row
+# test settling onto the class templates, by the median residual or the lower quartile), with the undefended
+# and Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``). The eleventh look's rerun
+# (2026-11-29, at e8d3bac) also held the tenth's runner-up, fltrust-parts-check-body-bound (72.7% backdoor
+# success at 3,000 pushes), left out now that a candidate costs 16 runs of 12,000 pushes; every other
+# candidate had lost 13 or more of the 15 attacks at 398c624
 RERUN = ("none", "kardam", "fltrust-parts-check-body-bound-rows-ramp",
          "fltrust-parts-check-body-bound-rows-ramp-templates-settling",
          "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25")  # fmt: skip
