@@ -132,11 +132,23 @@ NINTH_HELD_BACK: tuple[str, ...] = (
     "labels1-cnn-batch32",
     "adjacent-logreg-30x",
 )
+# the tenth checked the ninth's default with no choice; the eleventh chooses the CNN's rate (the tenth's
+# held-back half, reported 2026-11-29, included: its I-Prof CNN fleet ended 0.6 points higher at twice it)
+TENTH_HELD_BACK: tuple[str, ...] = (
+    "labels1-mlp-iprof",
+    "dirichlet0.1-logreg-iprof",
+    "adjacent-cnn-batch32",
+    "dirichlet10-cnn-iprof",
+    "labels2-1000dev-iprof",
+    "dirichlet0.5-mlp-100dev-batch32",
+    "labels4-logreg-batch32-30x",
+    "dirichlet0.1-mlp-30x-shuffled",
+)
 # the tenth chooses on every workload seen so far (the ninth's held-back half, reported 2026-11-29,
 # included: an I-Prof MLP fleet wanted half the rate, the CNN at batch 32 two to four times it)
 SEEN: tuple[str, ...] = (
     *THIRD_CHOICE, *THIRD_HELD_BACK, *FOURTH_HELD_BACK, *FIFTH_HELD_BACK, *SIXTH_HELD_BACK,
-    *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK, *NINTH_HELD_BACK,
+    *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK, *NINTH_HELD_BACK, *TENTH_HELD_BACK,
 )  # fmt: skip
 CNN_CHOICE: tuple[str, ...] = (
     "labels2-cnn",

@@ -377,6 +377,74 @@ SUITE: tuple[Workload, ...] = (
         data_seed=89,
         split_seed=89,
     ),  # fmt: skip
+    # the eleventh held-back half, drawn before any run on it once the tenth had been reported (2026-11-29),
+    # by a seeded draw: random.Random(11) shuffles three CNN, three MLP and two logistic-regression slots,
+    # then draws each slot's split, batch (100, 32, I-Prof), fleet (the CNN 20 devices; the MLP 20, 100 or
+    # 1,000; logistic regression 20 or 100), speed spread (7x, even, 30x) and order, drawing again where it
+    # repeats a workload of the suite (labels1-mlp-30x) or cannot be split (Dirichlet 0.1 on 1,000 devices,
+    # twice)
+    Workload("labels2-cnn-iprof-even", "labels-2", batch=None, speed_spread=1.0, data_seed=90, split_seed=90),
+    Workload(
+        "labels1-cnn-batch32-even",
+        "labels-1",
+        batch=32,
+        speed_spread=1.0,
+        data_seed=91,
+        split_seed=91,
+        gradients=6000,
+    ),  # fmt: skip
+    Workload("labels1-cnn-iprof-30x", "labels-1", batch=None, speed_spread=30.0, data_seed=92, split_seed=92),
+    Workload(
+        "dirichlet0.1-mlp-100dev-batch32-30x",
+        "dirichlet-0.1",
+        devices=100,
+        model="mlp",
+        batch=32,
+        speed_spread=30.0,
+        data_seed=93,
+        split_seed=93,
+        gradients=10000,
+    ),  # fmt: skip
+    Workload(
+        "dirichlet10-mlp-100dev-batch32-even",
+        "dirichlet-10",
+        devices=100,
+        model="mlp",
+        batch=32,
+        speed_spread=1.0,
+        data_seed=94,
+        split_seed=94,
+        gradients=10000,
+    ),  # fmt: skip
+    Workload(
+        "labels1-mlp-iprof-even",
+        "labels-1",
+        model="mlp",
+        batch=None,
+        speed_spread=1.0,
+        speed_order="shuffled",
+        data_seed=95,
+        split_seed=95,
+    ),  # fmt: skip
+    Workload(
+        "adjacent-logreg-iprof-30x-shuffled",
+        "adjacent",
+        model="logreg",
+        batch=None,
+        speed_spread=30.0,
+        speed_order="shuffled",
+        data_seed=96,
+        split_seed=96,
+    ),  # fmt: skip
+    Workload(
+        "labels4-logreg-100dev",
+        "labels-4",
+        devices=100,
+        model="logreg",
+        data_seed=97,
+        split_seed=97,
+        gradients=10000,
+    ),  # fmt: skip
 )
 
 
