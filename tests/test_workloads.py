@@ -14,11 +14,11 @@ from sim.workload_halves import (
     FOURTH_HELD_BACK,
     HELD_BACK,
     NINTH_HELD_BACK,
-    TENTH_HELD_BACK,
     SECOND_HELD_BACK,
     SEEN,
     SEVENTH_HELD_BACK,
     SIXTH_HELD_BACK,
+    TENTH_HELD_BACK,
     THIRD_CHOICE,
     THIRD_HELD_BACK,
 )
