@@ -60,3 +60,17 @@ def test_tuned_on_the_other_seeds_the_winners_curse_is_left_out():
     # a default slower on every seed stays slower however the bar is tuned
     outputs["default", 0.1] = [output(0.95, 90.0)] * 3
     assert cross_seed(outputs, ("default", 0.1))["ratio"] > 1.4
+
+
+def test_a_candidate_is_ranked_by_the_workloads_failing_the_issues_checks_first():
+    """The eleventh search's rule: a candidate fast everywhere but ending low ranks under one that is a
+    little slower and ends within half a point of the best."""
+    from lab.experiments.default_search import rank, worst_and_mean
+
+    fast_low = worst_and_mean([1.0, 1.0, 1.05], [0.006, 0.007, 0.0])  # two finals 0.6-0.7 points under
+    slow_high = worst_and_mean([1.09, 1.12, 1.0], [0.0, 0.0, 0.002])  # one over 1.1x
+    assert fast_low["failed"] == 2 and slow_high["failed"] == 1
+    assert rank(slow_high) < rank(fast_low)
+    assert worst_and_mean([None, 1.0], [0.0, 0.0])["failed"] == 1  # a missed target fails
+    # without the finals (the searches before the eleventh) the time alone ranks, as it did
+    assert "failed" not in worst_and_mean([1.0]) and rank(worst_and_mean([1.0])) < rank(worst_and_mean([1.2]))

@@ -79,21 +79,33 @@ CHECKS = (
 )
 
 
-def worst_and_mean(ratios: list[float | None]) -> dict[str, Any]:
-    """A candidate's standing on the choice half: the workloads whose target it missed, and its worst and
-    mean ratio to the best time over the others."""
+def worst_and_mean(ratios: list[float | None], gaps: list[float] | None = None) -> dict[str, Any]:
+    """A candidate's standing on the choice half: the workloads that fail the issue's checks (the target
+    missed, over 1.1x the best time, or a final more than 0.5 points under the best: ``gaps``, in accuracy),
+    the workloads whose target it missed, and its worst and mean ratio to the best time over the others."""
     reached = [r for r in ratios if r is not None]
-    return {
+    standing: dict[str, Any] = {
         "missed": len(ratios) - len(reached),
         "worst": max(reached) if reached else None,
         "mean": float(np.mean(reached)) if reached else None,
     }
+    if gaps is not None:
+        standing["failed"] = sum(
+            r is None or r > 1.1 or gap > 0.005 + 1e-9 for r, gap in zip(ratios, gaps, strict=True)
+        )
+    return standing
 
 
-def rank(standing: dict[str, Any]) -> tuple[float, float, float]:
-    """Fewest misses first, then the smallest worst ratio, then the smallest mean."""
+def rank(standing: dict[str, Any]) -> tuple[float, float, float, float]:
+    """Fewest workloads failing the issue's checks first (the eleventh search on; before, no such count),
+    then the fewest misses, then the smallest worst ratio, then the smallest mean."""
     worst, mean = standing["worst"], standing["mean"]
-    return (standing["missed"], math.inf if worst is None else worst, math.inf if mean is None else mean)
+    return (
+        standing.get("failed", 0),
+        standing["missed"],
+        math.inf if worst is None else worst,
+        math.inf if mean is None else mean,
+    )
 
 
 def cross_seed(outputs: dict[tuple[str, float], list[Any]], default: tuple[str, float]) -> dict[str, Any]:
