@@ -20,7 +20,8 @@ a median staleness of 5 instead of 10 (past 10 the MLP steps as before, the CNN 
 at half their rate), over the sixth's default with and without the average (docs/strategies.md). The
 ninth chose to weigh each gradient by the square root of its batch over the recent mean batch
 (``SampleWeight``: with I-Prof's unequal batches a slow device's small batch is noisier; with equal
-batches every weight is exactly 1), over the eighth's default and weighing by the batch itself.
+batches every weight is exactly 1), over the eighth's default and weighing by the batch itself. The
+eleventh doubled the CNN's rate to 1.2 (its manifest's): it ended higher on 25 of the 29 CNN workloads seen.
 """
 
 from __future__ import annotations
