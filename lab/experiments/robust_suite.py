@@ -120,16 +120,17 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
     ),
-    # FLTrust's weights up to 2x a device's own instead of 1x (the trusted-score default): capped at 1, the
-    # weights average under 1 and FLTrust's price on the plateau (about 1 point on seeds 1004-1007 at 4x,
-    # clean: docs/robustness.md, a fourteenth look) may be a smaller step rather than a bias
+    # FLTrust's weights up to 2x a device's own instead of 1x (the trusted-score default): capped at 1 they
+    # average under 1. FLTrust's weighing is most of the defence's price on the plateau (about 1 point at 4x
+    # on seeds 1004-1007, clean); at 2x, 0.1 of it back and alie-head's gap 1.9 -> 1.4 there (docs/
+    # robustness.md, the fourteenth look): the next rerun's candidate
     "fltrust-parts-check-w2": ({**PARTS_CHECK[0], "max_weight": 2.0}, PARTS_CHECK[1]),
-    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-w2": (
-        {**BOUND, "layers": "body"},
-        {**PARTS_CHECK[0], "max_weight": 2.0},
-        {"name": "label-check", "threshold": 0.0, "memory": 30, **RAMP, "template_every": 20,
-         "template_mix": "settling", "residual_quantile": 0.25},
-    ),  # fmt: skip
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-w2": tuple(
+        {**part, "max_weight": 2.0} if part["name"] == "trusted-score" else part
+        for part in _rows(
+            0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
+        )
+    ),
     # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
     # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),
