@@ -144,8 +144,8 @@ TENTH_HELD_BACK: tuple[str, ...] = (
     "labels4-logreg-batch32-30x",
     "dirichlet0.1-mlp-30x-shuffled",
 )
-# the tenth chooses on every workload seen so far (the ninth's held-back half, reported 2026-11-29,
-# included: an I-Prof MLP fleet wanted half the rate, the CNN at batch 32 two to four times it)
+# every workload seen so far: the eleventh search chose on its CNN workloads (the tenth's half included),
+# the ninth on its I-Prof ones
 SEEN: tuple[str, ...] = (
     *THIRD_CHOICE, *THIRD_HELD_BACK, *FOURTH_HELD_BACK, *FIFTH_HELD_BACK, *SIXTH_HELD_BACK,
     *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK, *NINTH_HELD_BACK, *TENTH_HELD_BACK,

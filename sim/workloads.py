@@ -14,6 +14,8 @@ from sim.workload import Workload
 __all__ = ["SUITE", "Workload", "workload"]
 
 
+# a table, one workload to a line or two: not reformatted
+# fmt: off
 SUITE: tuple[Workload, ...] = (
     # the split, at the peer benchmark's shape (20 devices, CNN, batch 100, 7x spread)
     Workload("labels1-cnn", "labels-1"),
@@ -33,78 +35,45 @@ SUITE: tuple[Workload, ...] = (
     Workload("labels2-batch32", "labels-2", batch=32, data_seed=10, split_seed=10, gradients=6000),
     Workload("dirichlet0.1-iprof", "dirichlet-0.1", batch=None, data_seed=11, split_seed=11),
     # the fleet size and the speed spread
-    Workload(
-        "labels2-100dev", "labels-2", devices=100, model="mlp", data_seed=12, split_seed=12, gradients=10000
-    ),  # fmt: skip
-    Workload(
-        "labels1-1000dev", "labels-1", devices=1000, model="mlp", data_seed=13, split_seed=13, gradients=8000
-    ),  # fmt: skip
+    Workload("labels2-100dev", "labels-2", devices=100, model="mlp", data_seed=12, split_seed=12,
+             gradients=10000),
+    Workload("labels1-1000dev", "labels-1", devices=1000, model="mlp", data_seed=13, split_seed=13,
+             gradients=8000),
     Workload("dirichlet0.5-even", "dirichlet-0.5", speed_spread=1.0, data_seed=14, split_seed=14),
     Workload("labels4-30x", "labels-4", speed_spread=30.0, data_seed=15, split_seed=15),
     # the second held-back half, drawn before any run on it once the first had been seen (issue 28)
     Workload("labels1-logreg", "labels-1", model="logreg", data_seed=18, split_seed=18),
     Workload("adjacent-30x", "adjacent", speed_spread=30.0, data_seed=19),
-    Workload(
-        "dirichlet0.5-mlp-batch32",
-        "dirichlet-0.5",
-        model="mlp",
-        batch=32,
-        data_seed=20,
-        split_seed=20,
-        gradients=6000,
-    ),  # fmt: skip
+    Workload("dirichlet0.5-mlp-batch32", "dirichlet-0.5", model="mlp", batch=32, data_seed=20, split_seed=20,
+             gradients=6000),
     Workload("labels2-iprof", "labels-2", batch=None, data_seed=21, split_seed=21),
-    Workload(
-        "labels2-1000dev", "labels-2", devices=1000, model="mlp", data_seed=22, split_seed=22, gradients=8000
-    ),  # fmt: skip
-    Workload(
-        "labels4-100dev", "labels-4", devices=100, model="mlp", data_seed=23, split_seed=23, gradients=10000
-    ),  # fmt: skip
+    Workload("labels2-1000dev", "labels-2", devices=1000, model="mlp", data_seed=22, split_seed=22,
+             gradients=8000),
+    Workload("labels4-100dev", "labels-4", devices=100, model="mlp", data_seed=23, split_seed=23,
+             gradients=10000),
     Workload("dirichlet0.1-even", "dirichlet-0.1", speed_spread=1.0, data_seed=24, split_seed=24),
     Workload("labels1-shuffled", "labels-1", speed_order="shuffled", data_seed=25, split_seed=25),
     # the third held-back half, drawn before any run on it once the second had been reported (issue 28)
     Workload("adjacent-logreg", "adjacent", model="logreg", data_seed=26),
     Workload("labels4-batch32", "labels-4", batch=32, data_seed=27, split_seed=27, gradients=6000),
     Workload("dirichlet10-mlp", "dirichlet-10", model="mlp", data_seed=28, split_seed=28),
-    Workload(
-        "labels1-100dev", "labels-1", devices=100, model="mlp", data_seed=29, split_seed=29, gradients=10000
-    ),  # fmt: skip
-    Workload(
-        "labels4-1000dev",
-        "labels-4",
-        devices=1000,
-        model="mlp",
-        data_seed=30,
-        split_seed=30,
-        gradients=8000,
-    ),  # fmt: skip
-    Workload(
-        "labels2-30x-shuffled",
-        "labels-2",
-        speed_spread=30.0,
-        speed_order="shuffled",
-        data_seed=31,
-        split_seed=31,
-    ),  # fmt: skip
+    Workload("labels1-100dev", "labels-1", devices=100, model="mlp", data_seed=29, split_seed=29,
+             gradients=10000),
+    Workload("labels4-1000dev", "labels-4", devices=1000, model="mlp", data_seed=30, split_seed=30,
+             gradients=8000),
+    Workload("labels2-30x-shuffled", "labels-2", speed_spread=30.0, speed_order="shuffled", data_seed=31,
+             split_seed=31),
     Workload("labels1-iprof", "labels-1", batch=None, data_seed=32, split_seed=32),
     Workload("dirichlet10-even", "dirichlet-10", speed_spread=1.0, data_seed=33, split_seed=33),
     # the fourth held-back half, drawn before any run on it once the third had been reported (issue 28);
     # mostly the MLP and logistic regression, whose rates the fourth search chooses
     Workload("labels2-logreg", "labels-2", model="logreg", data_seed=34, split_seed=34),
     Workload("dirichlet0.1-mlp", "dirichlet-0.1", model="mlp", data_seed=35, split_seed=35),
-    Workload(
-        "labels1-mlp-batch32", "labels-1", model="mlp", batch=32, data_seed=36, split_seed=36, gradients=6000
-    ),  # fmt: skip
+    Workload("labels1-mlp-batch32", "labels-1", model="mlp", batch=32, data_seed=36, split_seed=36,
+             gradients=6000),
     Workload("adjacent-mlp-100dev", "adjacent", devices=100, model="mlp", data_seed=37, gradients=10000),
-    Workload(
-        "adjacent-1000dev",
-        "adjacent",
-        devices=1000,
-        model="mlp",
-        data_seed=38,
-        split_seed=38,
-        gradients=8000,
-    ),  # fmt: skip
+    Workload("adjacent-1000dev", "adjacent", devices=1000, model="mlp", data_seed=38, split_seed=38,
+             gradients=8000),
     Workload("labels4-logreg-iprof", "labels-4", model="logreg", batch=None, data_seed=39, split_seed=39),
     Workload("dirichlet0.1-30x", "dirichlet-0.1", speed_spread=30.0, data_seed=40, split_seed=40),
     Workload("labels4-mlp-even", "labels-4", model="mlp", speed_spread=1.0, data_seed=41, split_seed=41),
@@ -112,220 +81,79 @@ SUITE: tuple[Workload, ...] = (
     # mostly the MLP, whose step cap the fifth search chooses, every dimension varied
     Workload("labels2-mlp-30x", "labels-2", model="mlp", speed_spread=30.0, data_seed=42, split_seed=42),
     Workload("dirichlet0.5-mlp-iprof", "dirichlet-0.5", model="mlp", batch=None, data_seed=43, split_seed=43),
-    Workload(
-        "labels1-mlp-shuffled", "labels-1", model="mlp", speed_order="shuffled", data_seed=44, split_seed=44
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.1-mlp-100dev",
-        "dirichlet-0.1",
-        devices=100,
-        model="mlp",
-        data_seed=45,
-        split_seed=45,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "labels2-1000dev-shuffled",
-        "labels-2",
-        devices=1000,
-        speed_order="shuffled",
-        model="mlp",
-        data_seed=46,
-        split_seed=46,
-        gradients=8000,
-    ),  # fmt: skip
+    Workload("labels1-mlp-shuffled", "labels-1", model="mlp", speed_order="shuffled", data_seed=44,
+             split_seed=44),
+    Workload("dirichlet0.1-mlp-100dev", "dirichlet-0.1", devices=100, model="mlp", data_seed=45,
+             split_seed=45, gradients=10000),
+    Workload("labels2-1000dev-shuffled", "labels-2", devices=1000, speed_order="shuffled", model="mlp",
+             data_seed=46, split_seed=46, gradients=8000),
     Workload("adjacent-mlp-even", "adjacent", model="mlp", speed_spread=1.0, data_seed=47),
-    Workload(
-        "dirichlet0.1-logreg-batch32",
-        "dirichlet-0.1",
-        model="logreg",
-        batch=32,
-        data_seed=48,
-        split_seed=48,
-        gradients=6000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.5-cnn-shuffled", "dirichlet-0.5", speed_order="shuffled", data_seed=49, split_seed=49
-    ),  # fmt: skip
+    Workload("dirichlet0.1-logreg-batch32", "dirichlet-0.1", model="logreg", batch=32, data_seed=48,
+             split_seed=48, gradients=6000),
+    Workload("dirichlet0.5-cnn-shuffled", "dirichlet-0.5", speed_order="shuffled", data_seed=49,
+             split_seed=49),
     # the sixth held-back half, drawn before any run on it once the fifth had been reported (2026-11-28):
     # two CNNs (whose step cap the sixth search chooses), two 100-device MLP fleets (where the fifth's cap
     # let ×2 collapse), every other dimension varied
     Workload("labels1-cnn-30x", "labels-1", speed_spread=30.0, data_seed=50, split_seed=50),
     Workload("dirichlet0.1-cnn-iprof", "dirichlet-0.1", batch=None, data_seed=51, split_seed=51),
-    Workload(
-        "labels4-mlp-100dev-shuffled",
-        "labels-4",
-        devices=100,
-        model="mlp",
-        speed_order="shuffled",
-        data_seed=52,
-        split_seed=52,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.5-mlp-100dev",
-        "dirichlet-0.5",
-        devices=100,
-        model="mlp",
-        data_seed=53,
-        split_seed=53,
-        gradients=10000,
-    ),  # fmt: skip
+    Workload("labels4-mlp-100dev-shuffled", "labels-4", devices=100, model="mlp", speed_order="shuffled",
+             data_seed=52, split_seed=52, gradients=10000),
+    Workload("dirichlet0.5-mlp-100dev", "dirichlet-0.5", devices=100, model="mlp", data_seed=53,
+             split_seed=53, gradients=10000),
     Workload("adjacent-mlp-batch32", "adjacent", model="mlp", batch=32, data_seed=54, gradients=6000),
-    Workload(
-        "labels1-1000dev-30x",
-        "labels-1",
-        devices=1000,
-        model="mlp",
-        speed_spread=30.0,
-        data_seed=55,
-        split_seed=55,
-        gradients=8000,
-    ),  # fmt: skip
-    Workload(
-        "labels1-logreg-shuffled",
-        "labels-1",
-        model="logreg",
-        speed_order="shuffled",
-        data_seed=56,
-        split_seed=56,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.1-mlp-30x", "dirichlet-0.1", model="mlp", speed_spread=30.0, data_seed=57, split_seed=57
-    ),
+    Workload("labels1-1000dev-30x", "labels-1", devices=1000, model="mlp", speed_spread=30.0, data_seed=55,
+             split_seed=55, gradients=8000),
+    Workload("labels1-logreg-shuffled", "labels-1", model="logreg", speed_order="shuffled", data_seed=56,
+             split_seed=56),
+    Workload("dirichlet0.1-mlp-30x", "dirichlet-0.1", model="mlp", speed_spread=30.0, data_seed=57,
+             split_seed=57),
     # the seventh held-back half, drawn before any run on it once the sixth had been reported (2026-11-28):
     # 20-device MLP fleets at a 30x spread (where the sixth's MLP rate was too low), 100 devices of each
     # small model (where a higher one collapsed), logistic regression's rate, one CNN, 1,000 devices
-    Workload(
-        "dirichlet0.5-mlp-30x", "dirichlet-0.5", model="mlp", speed_spread=30.0, data_seed=58, split_seed=58
-    ),
-    Workload(
-        "labels2-mlp-batch32-shuffled",
-        "labels-2",
-        model="mlp",
-        batch=32,
-        speed_order="shuffled",
-        data_seed=59,
-        split_seed=59,
-        gradients=6000,
-    ),  # fmt: skip
-    Workload(
-        "labels2-mlp-100dev-30x",
-        "labels-2",
-        devices=100,
-        model="mlp",
-        speed_spread=30.0,
-        data_seed=60,
-        split_seed=60,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "adjacent-logreg-100dev", "adjacent", devices=100, model="logreg", data_seed=61, gradients=10000
-    ),
-    Workload(
-        "dirichlet10-logreg-30x",
-        "dirichlet-10",
-        model="logreg",
-        speed_spread=30.0,
-        data_seed=62,
-        split_seed=62,
-    ),
+    Workload("dirichlet0.5-mlp-30x", "dirichlet-0.5", model="mlp", speed_spread=30.0, data_seed=58,
+             split_seed=58),
+    Workload("labels2-mlp-batch32-shuffled", "labels-2", model="mlp", batch=32, speed_order="shuffled",
+             data_seed=59, split_seed=59, gradients=6000),
+    Workload("labels2-mlp-100dev-30x", "labels-2", devices=100, model="mlp", speed_spread=30.0, data_seed=60,
+             split_seed=60, gradients=10000),
+    Workload("adjacent-logreg-100dev", "adjacent", devices=100, model="logreg", data_seed=61,
+             gradients=10000),
+    Workload("dirichlet10-logreg-30x", "dirichlet-10", model="logreg", speed_spread=30.0, data_seed=62,
+             split_seed=62),
     Workload("dirichlet0.1-mlp-iprof", "dirichlet-0.1", model="mlp", batch=None, data_seed=63, split_seed=63),
     Workload("labels4-cnn-shuffled", "labels-4", speed_order="shuffled", data_seed=64, split_seed=64),
-    Workload(
-        "labels4-1000dev-shuffled",
-        "labels-4",
-        devices=1000,
-        model="mlp",
-        speed_order="shuffled",
-        data_seed=65,
-        split_seed=65,
-        gradients=8000,
-    ),  # fmt: skip
+    Workload("labels4-1000dev-shuffled", "labels-4", devices=1000, model="mlp", speed_order="shuffled",
+             data_seed=65, split_seed=65, gradients=8000),
     # the eighth held-back half, drawn before any run on it once the seventh had been reported (2026-11-28):
     # four 20-device MLP fleets (where the seventh's misses were), 100 and 1,000 devices, logistic
     # regression at a 30x spread, one CNN (a Dirichlet split cannot give 1,000 devices two digits each)
     Workload("labels1-mlp-30x", "labels-1", model="mlp", speed_spread=30.0, data_seed=66, split_seed=66),
-    Workload(
-        "dirichlet10-mlp-batch32",
-        "dirichlet-10",
-        model="mlp",
-        batch=32,
-        data_seed=67,
-        split_seed=67,
-        gradients=6000,
-    ),  # fmt: skip
+    Workload("dirichlet10-mlp-batch32", "dirichlet-10", model="mlp", batch=32, data_seed=67, split_seed=67,
+             gradients=6000),
     Workload("labels4-mlp-iprof", "labels-4", model="mlp", batch=None, data_seed=68, split_seed=68),
     Workload("adjacent-mlp-30x", "adjacent", model="mlp", speed_spread=30.0, data_seed=69),
-    Workload(
-        "dirichlet0.1-mlp-100dev-shuffled",
-        "dirichlet-0.1",
-        devices=100,
-        model="mlp",
-        speed_order="shuffled",
-        data_seed=70,
-        split_seed=70,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "labels2-logreg-30x", "labels-2", model="logreg", speed_spread=30.0, data_seed=71, split_seed=71
-    ),
+    Workload("dirichlet0.1-mlp-100dev-shuffled", "dirichlet-0.1", devices=100, model="mlp",
+             speed_order="shuffled", data_seed=70, split_seed=70, gradients=10000),
+    Workload("labels2-logreg-30x", "labels-2", model="logreg", speed_spread=30.0, data_seed=71,
+             split_seed=71),
     Workload("dirichlet0.5-cnn-30x", "dirichlet-0.5", speed_spread=30.0, data_seed=72, split_seed=72),
-    Workload(
-        "labels4-1000dev-30x",
-        "labels-4",
-        devices=1000,
-        model="mlp",
-        speed_spread=30.0,
-        data_seed=73,
-        split_seed=73,
-        gradients=8000,
-    ),  # fmt: skip
+    Workload("labels4-1000dev-30x", "labels-4", devices=1000, model="mlp", speed_spread=30.0, data_seed=73,
+             split_seed=73, gradients=8000),
     # the ninth held-back half, drawn before any run on it once the eighth had been reported (2026-11-29):
     # three I-Prof fleets (20 and 1,000 devices: where the eighth's one real slow-down was), 100 devices
     # shuffled (its other), batch 32 at a 30x spread, logistic regression on 100 devices and on the adjacent
     # split at a 30x spread, one CNN at batch 32
     Workload("labels2-mlp-iprof", "labels-2", model="mlp", batch=None, data_seed=74, split_seed=74),
     Workload("dirichlet10-mlp-iprof", "dirichlet-10", model="mlp", batch=None, data_seed=75, split_seed=75),
-    Workload(
-        "labels4-1000dev-iprof",
-        "labels-4",
-        devices=1000,
-        model="mlp",
-        batch=None,
-        data_seed=76,
-        split_seed=76,
-        gradients=8000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.5-mlp-100dev-shuffled",
-        "dirichlet-0.5",
-        devices=100,
-        model="mlp",
-        speed_order="shuffled",
-        data_seed=77,
-        split_seed=77,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "labels2-mlp-batch32-30x",
-        "labels-2",
-        model="mlp",
-        batch=32,
-        speed_spread=30.0,
-        data_seed=78,
-        split_seed=78,
-        gradients=6000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.5-logreg-100dev",
-        "dirichlet-0.5",
-        devices=100,
-        model="logreg",
-        data_seed=79,
-        split_seed=79,
-        gradients=10000,
-    ),  # fmt: skip
+    Workload("labels4-1000dev-iprof", "labels-4", devices=1000, model="mlp", batch=None, data_seed=76,
+             split_seed=76, gradients=8000),
+    Workload("dirichlet0.5-mlp-100dev-shuffled", "dirichlet-0.5", devices=100, model="mlp",
+             speed_order="shuffled", data_seed=77, split_seed=77, gradients=10000),
+    Workload("labels2-mlp-batch32-30x", "labels-2", model="mlp", batch=32, speed_spread=30.0, data_seed=78,
+             split_seed=78, gradients=6000),
+    Workload("dirichlet0.5-logreg-100dev", "dirichlet-0.5", devices=100, model="logreg", data_seed=79,
+             split_seed=79, gradients=10000),
     Workload("labels1-cnn-batch32", "labels-1", batch=32, data_seed=80, split_seed=80, gradients=6000),
     Workload("adjacent-logreg-30x", "adjacent", model="logreg", speed_spread=30.0, data_seed=81),
     # the tenth held-back half, drawn before any run on it once the ninth had been reported (2026-11-29):
@@ -333,50 +161,18 @@ SUITE: tuple[Workload, ...] = (
     # the CNN at batch 32 on the adjacent split (the ninth's wanted 2-4x), batch 32 on 100 devices and at a
     # 30x spread, a shuffled 30x spread
     Workload("labels1-mlp-iprof", "labels-1", model="mlp", batch=None, data_seed=82, split_seed=82),
-    Workload(
-        "dirichlet0.1-logreg-iprof", "dirichlet-0.1", model="logreg", batch=None, data_seed=83, split_seed=83
-    ),
+    Workload("dirichlet0.1-logreg-iprof", "dirichlet-0.1", model="logreg", batch=None, data_seed=83,
+             split_seed=83),
     Workload("adjacent-cnn-batch32", "adjacent", batch=32, data_seed=84, split_seed=84, gradients=6000),
     Workload("dirichlet10-cnn-iprof", "dirichlet-10", batch=None, data_seed=85, split_seed=85),
-    Workload(
-        "labels2-1000dev-iprof",
-        "labels-2",
-        devices=1000,
-        model="mlp",
-        batch=None,
-        data_seed=86,
-        split_seed=86,
-        gradients=8000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.5-mlp-100dev-batch32",
-        "dirichlet-0.5",
-        devices=100,
-        model="mlp",
-        batch=32,
-        data_seed=87,
-        split_seed=87,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "labels4-logreg-batch32-30x",
-        "labels-4",
-        model="logreg",
-        batch=32,
-        speed_spread=30.0,
-        data_seed=88,
-        split_seed=88,
-        gradients=6000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet0.1-mlp-30x-shuffled",
-        "dirichlet-0.1",
-        model="mlp",
-        speed_spread=30.0,
-        speed_order="shuffled",
-        data_seed=89,
-        split_seed=89,
-    ),  # fmt: skip
+    Workload("labels2-1000dev-iprof", "labels-2", devices=1000, model="mlp", batch=None, data_seed=86,
+             split_seed=86, gradients=8000),
+    Workload("dirichlet0.5-mlp-100dev-batch32", "dirichlet-0.5", devices=100, model="mlp", batch=32,
+             data_seed=87, split_seed=87, gradients=10000),
+    Workload("labels4-logreg-batch32-30x", "labels-4", model="logreg", batch=32, speed_spread=30.0,
+             data_seed=88, split_seed=88, gradients=6000),
+    Workload("dirichlet0.1-mlp-30x-shuffled", "dirichlet-0.1", model="mlp", speed_spread=30.0,
+             speed_order="shuffled", data_seed=89, split_seed=89),
     # the eleventh held-back half, drawn before any run on it once the tenth had been reported (2026-11-29),
     # by a seeded draw: random.Random(11) shuffles three CNN, three MLP and two logistic-regression slots,
     # then draws each slot's split, batch (100, 32, I-Prof), fleet (the CNN 20 devices; the MLP 20, 100 or
@@ -384,68 +180,21 @@ SUITE: tuple[Workload, ...] = (
     # repeats a workload of the suite (labels1-mlp-30x) or cannot be split (Dirichlet 0.1 on 1,000 devices,
     # twice)
     Workload("labels2-cnn-iprof-even", "labels-2", batch=None, speed_spread=1.0, data_seed=90, split_seed=90),
-    Workload(
-        "labels1-cnn-batch32-even",
-        "labels-1",
-        batch=32,
-        speed_spread=1.0,
-        data_seed=91,
-        split_seed=91,
-        gradients=6000,
-    ),  # fmt: skip
+    Workload("labels1-cnn-batch32-even", "labels-1", batch=32, speed_spread=1.0, data_seed=91, split_seed=91,
+             gradients=6000),
     Workload("labels1-cnn-iprof-30x", "labels-1", batch=None, speed_spread=30.0, data_seed=92, split_seed=92),
-    Workload(
-        "dirichlet0.1-mlp-100dev-batch32-30x",
-        "dirichlet-0.1",
-        devices=100,
-        model="mlp",
-        batch=32,
-        speed_spread=30.0,
-        data_seed=93,
-        split_seed=93,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "dirichlet10-mlp-100dev-batch32-even",
-        "dirichlet-10",
-        devices=100,
-        model="mlp",
-        batch=32,
-        speed_spread=1.0,
-        data_seed=94,
-        split_seed=94,
-        gradients=10000,
-    ),  # fmt: skip
-    Workload(
-        "labels1-mlp-iprof-even",
-        "labels-1",
-        model="mlp",
-        batch=None,
-        speed_spread=1.0,
-        speed_order="shuffled",
-        data_seed=95,
-        split_seed=95,
-    ),  # fmt: skip
-    Workload(
-        "adjacent-logreg-iprof-30x-shuffled",
-        "adjacent",
-        model="logreg",
-        batch=None,
-        speed_spread=30.0,
-        speed_order="shuffled",
-        data_seed=96,
-        split_seed=96,
-    ),  # fmt: skip
-    Workload(
-        "labels4-logreg-100dev",
-        "labels-4",
-        devices=100,
-        model="logreg",
-        data_seed=97,
-        split_seed=97,
-        gradients=10000,
-    ),  # fmt: skip
+    Workload("dirichlet0.1-mlp-100dev-batch32-30x", "dirichlet-0.1", devices=100, model="mlp", batch=32,
+             speed_spread=30.0, data_seed=93, split_seed=93, gradients=10000),
+    Workload("dirichlet10-mlp-100dev-batch32-even", "dirichlet-10", devices=100, model="mlp", batch=32,
+             speed_spread=1.0, data_seed=94, split_seed=94, gradients=10000),
+    Workload("labels1-mlp-iprof-even", "labels-1", model="mlp", batch=None, speed_spread=1.0,
+             speed_order="shuffled", data_seed=95, split_seed=95),
+    Workload("adjacent-logreg-iprof-30x-shuffled", "adjacent", model="logreg", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=96, split_seed=96),
+    Workload("labels4-logreg-100dev", "labels-4", devices=100, model="logreg", data_seed=97, split_seed=97,
+             gradients=10000),
 )
+# fmt: on
 
 
 def workload(name: str) -> Workload:

@@ -304,14 +304,13 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
         {wl: [*choice_baselines, *(own(c, wl) for c in plan.candidates)] for wl in plan.choice},
         plan.seeds,
     )
-    choice = {
-        label(*c): worst_and_mean(
-            [judged[wl]["runs"]["{}@{}".format(*own(c, wl))]["ratio"] for wl in plan.choice],
-            [judged[wl]["best_final"] - judged[wl]["runs"]["{}@{}".format(*own(c, wl))]["final"]
-             for wl in plan.choice],
-        )
-        for c in plan.candidates
-    } if plan.choice else {}  # fmt: skip
+
+    def standing(candidate: tuple[str, Rates]) -> dict[str, Any]:
+        """The candidate's time ratios and final gaps on the choice half, judged (``worst_and_mean``)."""
+        runs = [(judged[wl], judged[wl]["runs"]["{}@{}".format(*own(candidate, wl))]) for wl in plan.choice]
+        return worst_and_mean([r["ratio"] for _, r in runs], [j["best_final"] - r["final"] for j, r in runs])
+
+    choice = {label(*c): standing(c) for c in plan.candidates} if plan.choice else {}
     chosen = min(plan.candidates, key=lambda c: rank(choice[label(*c)])) if choice else plan.candidates[0]
     # 2. the held-back half: the baselines and the chosen one at x0.25 to x4 of its rate
     arm, rates = chosen

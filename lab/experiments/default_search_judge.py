@@ -79,6 +79,10 @@ CHECKS = (
 )
 
 
+MAX_RATIO = 1.1  # the issue's checks: a time to target at most 1.1x the best tuned run's,
+MAX_GAP = 0.005 + 1e-9  # and a final accuracy at most 0.5 points under the best (the epsilon: rounding)
+
+
 def worst_and_mean(ratios: list[float | None], gaps: list[float] | None = None) -> dict[str, Any]:
     """A candidate's standing on the choice half: the workloads that fail the issue's checks (the target
     missed, over 1.1x the best time, or a final more than 0.5 points under the best: ``gaps``, in accuracy),
@@ -91,7 +95,7 @@ def worst_and_mean(ratios: list[float | None], gaps: list[float] | None = None) 
     }
     if gaps is not None:
         standing["failed"] = sum(
-            r is None or r > 1.1 or gap > 0.005 + 1e-9 for r, gap in zip(ratios, gaps, strict=True)
+            r is None or r > MAX_RATIO or gap > MAX_GAP for r, gap in zip(ratios, gaps, strict=True)
         )
     return standing
 
@@ -146,15 +150,15 @@ def report(
     curve = {f: judged["runs"][f"{default}@{round(rate * f, 6)}"] for f in factors}
     checks = {
         "reaches_target": own["time"] is not None,
-        "within_1.1x": own["ratio"] is not None and own["ratio"] <= 1.1,
-        "final_within_0.5": judged["best_final"] - own["final"] <= 0.005 + 1e-9,
+        "within_1.1x": own["ratio"] is not None and own["ratio"] <= MAX_RATIO,
+        "final_within_0.5": judged["best_final"] - own["final"] <= MAX_GAP,
         "no_divergence_x0.25_to_x4": not any(point["diverged"] for point in curve.values()),
     }
     held = {}
     if outputs is not None and len(next(iter(outputs.values()))) > 1:
         held = {"cross_seed": cross_seed(outputs, (default, rate))}
-        checks["within_1.1x_tuned_elsewhere"] = held["cross_seed"]["ratio"] <= 1.1
-        checks["final_within_0.5_tuned_elsewhere"] = held["cross_seed"]["final_gap"] <= 0.005 + 1e-9
+        checks["within_1.1x_tuned_elsewhere"] = held["cross_seed"]["ratio"] <= MAX_RATIO
+        checks["final_within_0.5_tuned_elsewhere"] = held["cross_seed"]["final_gap"] <= MAX_GAP
     return {
         "target": judged["target"],
         "best": judged["best"],
