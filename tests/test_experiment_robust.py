@@ -37,3 +37,21 @@ def test_an_honest_push_weighed_down_counts_toward_the_honest_drop_target():
     assert judge({"clean": run(0, None), "alie": run(60, 50.0)}, clean, 10.0)["misses"] == ["drop:alie"]
     assert judge({"clean": run(0, None), "alie": run(60, 30.0)}, clean, 10.0)["misses"] == []
     assert judge({"clean": run(0, None), "alie": run(60, None)}, clean, 10.0)["misses"] == []  # no ramp
+
+
+def test_over_several_tuning_seeds_an_attack_lost_on_one_seed_ranks_a_defence_below_one_that_loses_none():
+    """Label-flip passed the recommended defence on seed 1004 alone (docs/robustness-history.md, the
+    fifteenth look): the choice sums the attacks lost over its seeds and takes the worst result on any."""
+    from lab.experiments.robust import judge, overall, standing
+
+    def run(final: float) -> dict:
+        return {"final": final, "pushes": {"honest": 1000, "honest_dropped": 0},
+                "time_to_target": 10.0, "backdoor_success": None}  # fmt: skip
+
+    clean = run(0.95)
+    holds = judge({"clean": run(0.945), "label-flip": run(0.94)}, clean, 10.0)
+    falls = judge({"clean": run(0.945), "label-flip": run(0.774)}, clean, 10.0)
+    steady, fragile = overall([standing(holds), standing(holds)]), overall([standing(holds), standing(falls)])
+    assert standing(holds) == (0, 0.5, 0) and standing(falls) == (1, 8.8, 0)
+    assert steady == (0, 0.5, 0) and fragile == (1, 8.8, 0) and steady < fragile
+    assert overall([]) == (0, 0.0, 0)

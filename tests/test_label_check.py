@@ -291,3 +291,36 @@ class Misleading(Trusted):
 
 def trusted_args(trusted: Trusted) -> tuple:
     return trusted.session, trusted.params, trusted.x, trusted.y
+
+
+def test_the_nearest_template_test_drops_a_label_flipped_device_and_keeps_the_honest_one(logreg):
+    """Label-flip trains on y → 9 − y and tells the flipped labels: its claim is true and its rows agree
+    enough with the trusted ones, but each claimed row is made of another class's digits, whose template
+    it ranks first (lab/probes/label_flip.py)."""
+    session, params, x, y, trusted = logreg
+    rng = np.random.default_rng(5)
+    own = np.flatnonzero(np.isin(y[:3800], [0, 6]))
+    check = LabelCheck(_Recorder(), memory=5, template_every=5, nearest=-0.5, reference=trusted)
+    for i in range(6):
+        rows = rng.choice(own, 60)
+        honest = push(session, params, x[rows], y[rows], device="honest", task=f"h{i}")
+        flipped = push(session, params, x[rows], 9 - y[rows], device="flipped", task=f"f{i}")
+        assert check.receive(honest) > 0
+        assert check.receive(flipped) == 0.0
+    assert check.margin_standing["honest"] > 0 > -0.5 > check.margin_standing["flipped"]
+    assert check.nearest_drops == 6 and check.false_claims == 0
+    assert check.describe()["label_check_dropped_nearest"] == 6
+    restored = LabelCheck(_Recorder(), memory=5, template_every=5, nearest=-0.5, reference=trusted)
+    restored.load_state_dict(check.state_dict())
+    assert restored.margin_standing == check.margin_standing
+    # settling: off while the fleet's residual is high (the templates of a model still learning), on once fit
+    learning = LabelCheck(
+        _Recorder(), memory=5, template_every=5, nearest=-0.5, settled=-0.2, reference=trusted
+    )
+    learning.residuals.extend([0.5] * 10)
+    assert learning.receive(flipped) > 0
+    learning.residuals.extend([0.0] * 200)
+    assert learning.receive(flipped) == 0.0
+    with pytest.raises(ValueError, match="template_every"):
+        LabelCheck(_Recorder(), nearest=-0.5, reference=trusted)
+    assert LabelCheckSettings(nearest=-0.5, template_every=20).nearest == -0.5

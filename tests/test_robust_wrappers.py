@@ -442,6 +442,23 @@ def test_fltrust_by_the_devices_labels_remembers_what_it_claimed_and_caps_the_we
     np.testing.assert_allclose(restored.labels_seen["d"], [15, 5, 0])
 
 
+def test_fltrust_gain_scales_every_weighed_gradient_and_drops_the_same_ones():
+    """``gain`` multiplies the weight FLTrust gives, so each push's share of the step is as at 1x."""
+    reference = LabelledReference([0.0, 0.0])
+    plain = TrustedScore(_Recorder(), test="fltrust", by_labels="device", max_weight=1.0, reference=reference)
+    gained = TrustedScore(
+        _Recorder(), test="fltrust", by_labels="device", max_weight=1.0, gain=1.5, reference=reference
+    )
+    pushes = [([1.0, 0.0], [5, 0, 0], "a"), ([0.0, 1.0], [0, 5, 0], "b"), ([-1.0, 0.0], [5, 0, 0], "c")]
+    for gradient, counts, task in pushes:
+        assert (plain.receive(_labelled(gradient, counts, task)) == 0.0) == (
+            gained.receive(_labelled(gradient, counts, task)) == 0.0
+        )
+    assert plain.dropped == gained.dropped == 1
+    for one, other in zip(plain.inner.seen, gained.inner.seen, strict=True):
+        np.testing.assert_allclose(other.gradient, 1.5 * one.gradient, rtol=1e-6)
+
+
 def _claiming(gradient, counts, task: str, device: str) -> Arrival:
     g = np.asarray(gradient, np.float32)
     return Arrival(task, device, 0, 0, g, np.asarray(counts), 2, 1.0, 0.0)

@@ -10,7 +10,7 @@ seconds to the target, and, for the backdoor, the attack success rate on the tri
 
 Two stages, so the recommendation never sees the reported seeds:
 
-1. **Choose** on ``tune_seed``: every defence against every attack (and none) at ``share`` attackers on
+1. **Choose** on ``tune_seeds``: every defence against every attack (and none) at ``share`` attackers on
    ``choice_fleet`` (the first fleet unless set; the rerun's: peer-mlp-long, since 2026-11-29); the
    recommended defence is the one that loses the fewest attacks (more than 2 points below the clean fleet
    and half a point below a perfect filter, or a backdoor trigger past 10% success; until 2026-11-29 the
@@ -23,7 +23,7 @@ Two stages, so the recommendation never sees the reported seeds:
    which lost 6 attacks by up to 74 points, above FLTrust by device standing, which lost 4 by up to 12 but
    dropped honest work under each attack. The rule was changed for that. Until 2026-11-29 the backdoor
    counted once, however many triggers passed, so a defence stopping one trigger of two tied with one
-   stopping neither (docs/robustness.md, the third look).
+   stopping neither (docs/robustness-history.md, the third look).
 2. **Report** on ``seeds``: the undefended default, Kardam, the recommended defence (and ``report_top``
    more of stage 1's best) against every attack on the first fleet, the undefended and the recommended
    on the others (the recommended alone on ``recommended_only``: the first fleet run 4x as long), and the
@@ -38,7 +38,6 @@ defaults (chosen by their authors' probes on other data: tests/test_robust_wrapp
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -46,6 +45,15 @@ from typing import Any
 import numpy as np
 
 from lab.contract import Context, Experiment, Plan, Result
+from lab.experiments.robust_judge import (
+    TARGET_ASR,
+    TARGET_COST,
+    TARGET_GAP,
+    TARGET_HONEST_DROP,
+    judge,
+    overall,
+    standing,
+)
 from lab.experiments.robust_suite import (
     ATTACKS,
     BACKDOORS,
@@ -61,9 +69,6 @@ from lab.experiments.robust_suite import (
 )
 
 NAME = "robust"
-TARGET_GAP, TARGET_HONEST_DROP, TARGET_ASR, TARGET_COST = 0.02, 0.10, 0.10, 1.2
-# the choice's allowance over a perfect filter: about one run's noise in a final (the mean of 5 evaluations)
-NOISE = 0.005
 __all__ = ["ATTACKS", "DEFENCES", "FLEETS", "TRUSTED_SAMPLES", "Run", "SimulatedReference", "defended"]
 
 
@@ -221,7 +226,7 @@ def simulate(run: Run) -> dict[str, Any]:
 @dataclass(frozen=True, kw_only=True)
 class RobustPlan(Plan):
     # the first: choice, heatmap, curve; "peer" (the thesis CNN, 5x the time a run) is not in the full plan
-    # since 2026-11-29: its last measurements are in docs/robustness.md
+    # since 2026-11-29: its last measurements are in docs/robustness-history.md
     fleets: tuple[str, ...] = ("peer-mlp", "fleet100", "peer-mlp-long")
     # fleets where only the recommended defence meets the attacks (beside the clean undefended fleet and the
     # perfect filter): the first run 4x as long, where a defence's drift over time shows
@@ -230,9 +235,11 @@ class RobustPlan(Plan):
     attacks: tuple[str, ...] = tuple(ATTACKS)
     share: float = 0.3  # the heatmap's: 3 of 10
     shares: tuple[float, ...] = (0.1, 0.2, 0.3)  # the recommended defence's f-curve (1, 2, 3 of 10)
-    tune_seed: int = 1000
+    # the seeds the choice is made on, its standing summed over them (one until 2026-11-30: label-flip
+    # passed the recommended defence on seed 1004 alone, docs/robustness-history.md, the fifteenth look)
+    tune_seeds: tuple[int, ...] = (1000,)
     # where the choice is made (None: the first fleet); the rerun chooses at 4x the horizon, where a row
-    # test's drift shows (docs/robustness.md, the thirteenth look)
+    # test's drift shows (docs/robustness-history.md, the thirteenth look)
     choice_fleet: str | None = None
     seeds: tuple[int, ...] = (1, 2, 3)
     report_top: int = 0  # more of stage 1's best reported on the seeds beside none, Kardam, the chosen
@@ -242,73 +249,10 @@ class RobustPlan(Plan):
 
 FULL = RobustPlan()
 RERUN_PLAN = RobustPlan(
-    defences=RERUN, choice_fleet="peer-mlp-long"
+    defences=RERUN, choice_fleet="peer-mlp-long", tune_seeds=(1000, 1004)
 )  # ``python -m lab.experiments.robust --rerun``
 QUICK = RobustPlan(quick=True, fleets=("quick",), defences=("none", "centered-clip", "geometric-median"),
                    attacks=("sign-flip", "alie"), shares=(0.3,), seeds=(1,))  # fmt: skip
-
-
-def judge(
-    runs: dict[str, dict[str, Any]], clean: dict[str, Any], baseline_time: float | None
-) -> dict[str, Any]:
-    """One defence on one seed and fleet: its gap to the undefended clean fleet under each attack, the honest
-    pushes it dropped, the backdoor's success, its cost with no attack, and which targets it misses."""
-    reference = clean["final"]
-    gaps = {a: round(reference - r["final"], 4) for a, r in runs.items() if a != "clean"}
-    dropped = {
-        a: r["pushes"]["honest_dropped"] / r["pushes"]["honest"] if r["pushes"]["honest"] else None
-        for a, r in runs.items()
-    }
-    # label-check's ramp: the weight it took off the honest pushes it kept, as a share (older runs: none)
-    shrunk = {
-        a: r["pushes"]["honest_shrunk_removed"] / r["pushes"]["honest"]
-        for a, r in runs.items()
-        if "honest_shrunk_removed" in r["pushes"] and r["pushes"]["honest"]
-    }
-    own = runs.get("clean")
-    cost = None
-    if own is not None and baseline_time:
-        cost = own["time_to_target"] / baseline_time if own["time_to_target"] is not None else math.inf
-    by_trigger = {a: runs[a]["backdoor_success"] for a in BACKDOORS if a in runs}
-    asr = max(by_trigger.values(), default=None)  # the worst trigger's
-    misses = [a for a, g in gaps.items() if g > TARGET_GAP]
-    # an honest push weighed down is partly dropped: the target counts the weight lost (since 2026-11-29)
-    lost = {a: d + shrunk.get(a, 0.0) for a, d in dropped.items() if d is not None}
-    misses += [f"drop:{a}" for a, d in lost.items() if d > TARGET_HONEST_DROP]
-    misses += ["backdoor-success"] if asr is not None and asr > TARGET_ASR else []
-    misses += ["cost"] if cost is not None and cost > TARGET_COST else []
-    return {
-        "gaps": gaps,
-        "worst_gap": max(gaps.values(), default=0.0),
-        "honest_dropped": dropped,
-        "honest_shrunk": shrunk,
-        "backdoor_success": asr,
-        "backdoor_by_trigger": by_trigger,
-        "cost": cost,
-        "misses": misses,
-    }
-
-
-def standing(judged: dict[str, Any], bound: float = 0.0) -> tuple[int, float, int]:
-    """A defence's rank on the tuning seed: the attacks it loses first (more than the gap target below the
-    clean fleet and more than ``NOISE`` below a perfect filter, which is ``bound`` below it: a defence is not
-    charged for the attackers' own data and compute, which no filter wins back (at peer-mlp's 3,000 pushes
-    that is 2.1 points on seed 1000, and the 2-point target would rank defences by noise around it); or for
-    a backdoor, its success past the target: each trigger an attack of its own), then
-    its worst result against that result's target (a gap over 2 points, a trigger's success over 10%: a
-    backdoor at 77% is a worse loss than a gap of 2.2 points), then the other targets it misses, each
-    counted once (honest drops, cost)."""
-    by_trigger = judged.get("backdoor_by_trigger") or {}
-    lost = {a for a, gap in judged["gaps"].items() if gap > max(TARGET_GAP, bound + NOISE)}
-    lost |= {a for a, success in by_trigger.items() if success is not None and success > TARGET_ASR}
-    worst = max(
-        [gap / TARGET_GAP for gap in judged["gaps"].values()]
-        + [success / TARGET_ASR for success in by_trigger.values() if success is not None],
-        default=0.0,
-    )
-    counted = {*judged["gaps"], "backdoor-success"}
-    others = {m.split(":")[0] for m in judged["misses"] if m not in counted}
-    return len(lost), round(worst, 6), len(others)
 
 
 def run(plan: RobustPlan, ctx: Context) -> Result:
@@ -327,21 +271,31 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
     at = {f: dict(plan.fleet_shares).get(f, plan.share) for f in plan.fleets}  # each fleet's share
     # the bound beside the defences: the attackers take their tasks and their pushes are lost on the way
     chooser = plan.choice_fleet or first
-    where = [(chooser, plan.share, (plan.tune_seed,)), *((f, at[f], plan.seeds) for f in plan.fleets),
+    where = [(chooser, plan.share, plan.tune_seeds), *((f, at[f], plan.seeds) for f in plan.fleets),
              *((first, share, plan.seeds) for share in plan.shares)]  # fmt: skip
     bounds = list(
         dict.fromkeys(Run("none", SILENT, share, f, seed) for f, share, seeds in where for seed in seeds)
     )
-    # 1. choose on the tuning seed (its perfect filter beside: what no defence is charged for)
-    tune_bound = Run("none", SILENT, plan.share, chooser, plan.tune_seed)
-    choice = cells(plan.defences, attacks, (plan.share,), (chooser,), (plan.tune_seed,))
-    tuning = runner.run([*choice, tune_bound])
-    chosen_on = {
-        d: judged(tuning, d, chooser, plan.tune_seed, plan.share, plan.attacks) for d in plan.defences
+    # 1. choose on the tuning seeds (each one's perfect filter beside: what no defence is charged for)
+    tune_bounds = {seed: Run("none", SILENT, plan.share, chooser, seed) for seed in plan.tune_seeds}
+    choice = cells(plan.defences, attacks, (plan.share,), (chooser,), plan.tune_seeds)
+    tuning = runner.run([*choice, *tune_bounds.values()])
+    choice_seeds = {
+        seed: {d: judged(tuning, d, chooser, seed, plan.share, plan.attacks) for d in plan.defences}
+        for seed in plan.tune_seeds
     }
-    lead = tuning[Run("none", None, 0.0, chooser, plan.tune_seed)]["final"] - tuning[tune_bound]["final"]
-    ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standing(chosen_on[d], lead))
+    leads = {
+        seed: tuning[Run("none", None, 0.0, chooser, seed)]["final"] - tuning[b]["final"]
+        for seed, b in tune_bounds.items()
+    }
+    standings = {
+        d: overall([standing(choice_seeds[seed][d], leads[seed]) for seed in plan.tune_seeds])
+        for d in plan.defences
+    }
+    ranked = sorted((d for d in plan.defences if d != "none"), key=lambda d: standings[d])
     recommended = ranked[0]
+    chosen_on = choice_seeds[plan.tune_seeds[0]]
+    lead = leads[plan.tune_seeds[0]]
     reported = tuple(dict.fromkeys(("none", "kardam", recommended, *ranked[: plan.report_top])))
     reported = tuple(d for d in reported if d in plan.defences)
     # 2. report on the seeds: the heatmap (the reported defences on the first fleet, the undefended and the
@@ -373,7 +327,8 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
         "share": plan.share,
         "fleet_shares": at,
         "shares": list(plan.shares),
-        "tune_seed": plan.tune_seed,
+        "tune_seed": plan.tune_seeds[0],
+        "tune_seeds": list(plan.tune_seeds),
         "choice_fleet": chooser,
         "seeds": list(plan.seeds),
         "targets": {
@@ -382,8 +337,10 @@ def run(plan: RobustPlan, ctx: Context) -> Result:
             "asr": TARGET_ASR,
             "cost": TARGET_COST,
         },
-        "choice": chosen_on,
-        "choice_bound": round(lead, 4),  # the tuning seed's perfect filter, below the clean fleet
+        "choice": chosen_on,  # on the first tuning seed
+        "choice_seeds": {str(seed): by_defence for seed, by_defence in choice_seeds.items()},
+        "choice_standing": standings,  # summed over the tuning seeds: the ranking's key
+        "choice_bound": round(lead, 4),  # the first tuning seed's perfect filter, below the clean fleet
         "recommended": recommended,
         "reported": list(reported),
         "heatmap": heatmap,

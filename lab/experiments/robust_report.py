@@ -90,6 +90,36 @@ def bound(s: dict[str, Any], fleet: str, share: float, seeds: list[int]) -> str:
     )
 
 
+def choice_tables(s: dict[str, Any], chooser: str) -> list[str]:
+    """The choice, a table for each tuning seed, and with several the ranking's key for each defence."""
+    tuned = s.get("tune_seeds", [s["tune_seed"]])
+    by_seed = s.get("choice_seeds", {str(s["tune_seed"]): s["choice"]})
+    lines: list[str] = []
+    for seed, choice in by_seed.items():
+        lines += [
+            "",
+            f"## The choice (seed {seed}, `{chooser}`)",
+            "",
+            "| defence | worst gap | cost (no attack) | backdoor success | targets missed |",
+            "|---|---|---|---|---|",
+        ]
+        for defence, j in choice.items():
+            cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
+            missed = ", ".join(j["misses"]) or "none"
+            lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
+        if line := bound(s, chooser, s["share"], [int(seed)]):
+            lines += ["", line]
+    if len(tuned) > 1:
+        lines += [
+            "",
+            "Ranked over the tuning seeds by the attacks lost on each (summed), the worst result on any, then"
+            " the other targets missed on each (summed): "
+            + "; ".join(f"{d} {tuple(v)}" for d, v in s["choice_standing"].items() if d != "none")
+            + ".",
+        ]
+    return lines
+
+
 def markdown(result: Result, plan: Any) -> str:
     s = result.summary
     name = "robust-quick" if s["quick"] else "robust"
@@ -97,6 +127,7 @@ def markdown(result: Result, plan: Any) -> str:
     chooser = s.get("choice_fleet", first)  # results before 2026-11-29 chose on the first fleet
     attacks = list(next(iter(s["choice"].values()))["gaps"])
     t = s["targets"]
+    tuned = s.get("tune_seeds", [s["tune_seed"]])  # results before 2026-11-30 chose on one seed
     lines = [
         "# Byzantine robustness: the attacks crossed with the defences (issue 30)",
         "",
@@ -114,20 +145,10 @@ def markdown(result: Result, plan: Any) -> str:
         f"{100 * t['gap']:.0f} points, honest dropped ≤ {100 * t['honest_drop']:.0f}%, backdoor success ≤ "
         f"{100 * t['asr']:.0f}%, no-attack time to target ≤ {t['cost']}× the undefended.",
         "",
-        f"**Recommended: {s['recommended']}** (chosen on seed {s['tune_seed']} on `{chooser}`, reported on "
-        f"seeds {s['seeds']}).",
-        "",
-        f"## The choice (seed {s['tune_seed']}, `{chooser}`)",
-        "",
-        "| defence | worst gap | cost (no attack) | backdoor success | targets missed |",
-        "|---|---|---|---|---|",
+        f"**Recommended: {s['recommended']}** (chosen on seed{'s' if len(tuned) > 1 else ''} "
+        f"{', '.join(map(str, tuned))} on `{chooser}`, reported on seeds {s['seeds']}).",
     ]
-    for defence, j in s["choice"].items():
-        cost = "—" if j["cost"] is None else f"{j['cost']:.2f}×"
-        missed = ", ".join(j["misses"]) or "none"
-        lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
-    if line := bound(s, chooser, s["share"], [s["tune_seed"]]):
-        lines += ["", line]
+    lines += choice_tables(s, chooser)
     for fleet, by_defence in s["heatmap"].items():
         info = s["fleets"][fleet]
         lines += [

@@ -14,7 +14,8 @@ from sim.workloads import Workload
 FLEETS: dict[str, Workload] = {
     "peer-mlp": Workload("peer-mlp", "labels-2", model="mlp", gradients=3000),
     # the same fleet run 4x as long, to its plateau: the clean fleet gains < 0.3 points over its last quarter
-    # there (0.5-1.1 at 3,000 on seed 1000), and a defence's drift shows (docs/robustness.md, eleventh look)
+    # there (0.5-1.1 at 3,000 on seed 1000), and a defence's drift shows (the eleventh look; the looks are
+    # in docs/robustness-history.md)
     "peer-mlp-long": Workload("peer-mlp-long", "labels-2", model="mlp", gradients=12000),
     "peer": Workload("peer", "labels-2", gradients=3000),
     "fleet100": Workload("fleet100", "labels-2", devices=100, model="mlp", gradients=6000),
@@ -89,7 +90,7 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     # the output layer left unbounded (a device's labels concentrate its gradient there)
     "fltrust-parts-check-body-bound": ({**BOUND, "layers": "body"}, *PARTS_CHECK),
     # and label-check's row test on a device's standing over ~30 pushes (the bound keeps a backdoor out at the
-    # start, so its attackers' output rows keep disagreeing with the trusted ones: docs/robustness.md, tenth)
+    # start, so its attackers' output rows keep disagreeing with the trusted ones: the tenth look)
     "fltrust-parts-check-body-bound-rows": _rows(0.0, 30, {}),
     # the probes' variants: thresholds and memories (a device whose output rows disagree is dropped)
     **{f"fltrust-parts-check-body-bound-rows{t}": _rows(t, bound={}) for t in (-0.2, -0.1, 0.0, 0.1, 0.25)},
@@ -98,7 +99,7 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
         for t in (-0.1, -0.05, 0.0)
         for m in (20, 30, 50)
     },
-    # the row test settling as the model fits (label-check ``settled``: docs/robustness.md, eleventh look):
+    # the row test settling as the model fits (label-check ``settled``: the eleventh look):
     # at 4x the horizon on seed 1000 it dropped 3% of honest pushes with no attack, against 12%
     "fltrust-parts-check-body-bound-rows-settled": _rows(0.0, 30, {}, settled=-0.3, residual=0.1),
     # and once settled, a device up to 0.3 under it weighed down rather than dropped (weight 0 at −0.5): the
@@ -115,24 +116,41 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
     ),
     # and settled by the residual's lower quartile: label-flip's pushes pass the trusted rows and, 43% of the
     # pushes with a high residual, hold the median unsettled (a probe's 0.900 at 4x on seed 1000, not
-    # reproduced: the rerun's ramp, settling and this all end 0.933 there; docs/robustness.md). The rerun at
-    # 4x chose it (2026-11-29): server/strategies' RECOMMENDED_DEFENCE
+    # reproduced: the rerun's ramp, settling and this all end 0.933 there; the thirteenth look). The rerun
+    # at 4x chose it (2026-11-29): server/strategies' RECOMMENDED_DEFENCE
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25": _rows(
         0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
     ),
     # FLTrust's weights up to 2x a device's own instead of 1x (the trusted-score default): capped at 1 they
     # average under 1. FLTrust's weighing is most of the defence's price on the plateau (about 1 point at 4x
-    # on seeds 1004-1007, clean); at 2x, 0.1 of it back and alie-head's gap 1.9 -> 1.4 there (docs/
-    # robustness.md, the fourteenth look): the next rerun's candidate
+    # on seeds 1004-1007, clean); at 2x, 0.1 of it back and alie-head's gap 1.9 -> 1.4 there, but on seed
+    # 1000 label-flip ends at 0.826 (1x: 0.933): its pushes agree with the trusted gradient of the labels they
+    # claim and weigh double (the fifteenth look). Not a candidate
     "fltrust-parts-check-w2": ({**PARTS_CHECK[0], "max_weight": 2.0}, PARTS_CHECK[1]),
-    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-w2": tuple(
-        {**part, "max_weight": 2.0} if part["name"] == "trusted-score" else part
-        for part in _rows(
-            0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
+    **{
+        f"fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-{tag}": tuple(
+            {**part, **change.get(part["name"], {})}
+            for part in _rows(
+                0.0, 30, {}, **RAMP, template_every=20, template_mix="settling", residual_quantile=0.25
+            )
         )
-    ),
-    # the bound's own price on the plateau (docs/robustness.md, the twelfth look): the ramp with no bound or
-    # a looser one (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
+        for tag, change in (
+            ("w2", {"trusted-score": {"max_weight": 2.0}}),
+            # or every weight times a gain, each push's share of the step as at 1x: is the price its size?
+            ("g1.25", {"trusted-score": {"gain": 1.25}}),
+            ("g1.5", {"trusted-score": {"gain": 1.5}}),
+            # and label-check's nearest-template test: on seed 1004 label-flip ends at 0.774 inside the
+            # recommended defence, FLTrust still giving its pushes 0.17-0.20 of a weight late (other seeds:
+            # 0.005-0.05); each attacker's rows rank another class's template first (a device's mean margin
+            # -0.56 to -1.3, honest ones -0.38 and above: lab/probes/label_flip.py). Applied from the start
+            # it dropped honest devices the early templates misjudge (seed 1000, clean: 0.927, 12.9% of
+            # honest pushes; at -0.4, 0.366), so its threshold moves from -2 to -0.5 as the fleet settles
+            # (the fifteenth look)
+            ("nearest0.5", {"label-check": {"nearest": -0.5}}),
+        )
+    },
+    # the bound's own price on the plateau (the twelfth look): the ramp with no bound or a looser one
+    # (4x at 12,000 pushes on seed 1000 with no attack: 0.943; none 0.936, 8x 0.937, 16x 0.938)
     "fltrust-parts-check-rows-ramp": _rows(0.0, 30, None, **RAMP),
     **{f"fltrust-parts-check-body-bound{b}-rows-ramp": _rows(0.0, 30, {"bound": b}, **RAMP) for b in (8, 16)},
     # and its parts without FLTrust: the claim test with the body bound, and with the row test and its ramp
@@ -217,13 +235,12 @@ CANDIDATES = (
     "fltrust-parts-check-body-bound-rows-ramp",
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling",
     "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25",
+    "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-nearest0.5",
 )
-# the rerun: the defence recommended before it (the ramp) against the thirteenth look's candidates (its row
-# test settling onto the class templates, by the median residual or the lower quartile), with the undefended
-# and Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``). The eleventh look's rerun
-# (2026-11-29, at e8d3bac) also held the tenth's runner-up, fltrust-parts-check-body-bound (72.7% backdoor
-# success at 3,000 pushes), left out now that a candidate costs 16 runs of 12,000 pushes; every other
-# candidate had lost 13 or more of the 15 attacks at 398c624
-RERUN = ("none", "kardam", "fltrust-parts-check-body-bound-rows-ramp",
-         "fltrust-parts-check-body-bound-rows-ramp-templates-settling",
-         "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25")  # fmt: skip
+# the rerun: the recommended defence (the row test settling by the residuals' lower quartile, chosen at
+# f4e4062) against it with label-check's nearest-template test (the fifteenth look), with the undefended and
+# Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``) on seeds 1000 and 1004 (``tune_seeds``:
+# label-flip passed the recommended defence on 1004 alone). The ramp and settling by the median, which the
+# last rerun ranked under it (results/robust.md at f4e4062), are left out: each costs 32 runs of 12,000 pushes
+RERUN = ("none", "kardam", "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25",
+         "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25-nearest0.5")  # fmt: skip

@@ -4,8 +4,8 @@ Runs the robust experiment's simulator (``lab.experiments.robust.simulate``) onc
 default strategy and records, for every push, what label-check and FLTrust saw: label-check's lowest row
 cosine and the device's standing, FLTrust's score and standing, the push's bias residual ½‖∂b‖₁ (how far its
 mean prediction is from its labels) and whether it got weight 0. Prints one JSON line per window of
-``--window`` pushes and device, Byzantine or not, with the means (docs/robustness.md, the eleventh look: a
-few honest devices drift under the row test's threshold late in a run, and once dropped, further).
+``--window`` pushes and device, Byzantine or not, with the means (docs/robustness-history.md, the eleventh
+look: a few honest devices drift under the row test's threshold late in a run, and once dropped, further).
 
 Not an experiment (no results file).
 ``python -m lab.probes.row_drift --fleet peer-mlp-long --attack backdoor-inset6``.

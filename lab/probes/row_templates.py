@@ -2,7 +2,7 @@
 
 The row test compares a push's output-layer row W_c with the same row of the trusted gradient on the
 claimed mix. Late in training that row is made of the few trusted digits of c the model still gets wrong,
-and an honest device whose digits are unlike them drifts under the threshold (docs/robustness.md, the
+and an honest device whose digits are unlike them drifts under the threshold (docs/robustness-history.md, the
 eleventh and twelfth looks: up to 20% of honest pushes at weight 0 on seed 3 at 12,000 pushes). A
 steadier reference is the class's *template*: the mean penultimate features φ_c of the trusted digits of c,
 less the mean over the classes, which does not depend on what the model gets wrong now. For softmax

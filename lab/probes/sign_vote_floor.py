@@ -1,4 +1,4 @@
-"""Issue 30: does a support floor let the sign vote see the inset backdoor? (docs/robustness.md)
+"""Issue 30: does a support floor let the sign vote see the inset backdoor? (docs/robustness-history.md)
 
 The support vote (server/strategies/sign_vote.py) stops the corner trigger, whose weights no honest device
 moves; the inset trigger's weights are moved a little by the 12% of clean digits with ink there. With a

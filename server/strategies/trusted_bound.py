@@ -14,7 +14,7 @@ profile p is the magnitude of the trusted gradient g_s on each parameter, averag
 each coordinate's share of the push at most ``bound`` times its share of the trusted gradients. A
 parameter the trusted digits never move (p_j = 0) is not moved; an honest device's gradient keeps its
 direction where its share is within ``bound`` of the trusted mix's. What that costs honest non-IID devices
-and what it stops is measured in docs/robustness.md (the eighth look).
+and what it stops is measured in docs/robustness-history.md (the eighth look).
 
 The profile is not kept in the state: after a restart it starts again from the first g_s. It needs the
 trusted gradient port (the ``trusted-score`` entry's data, server/compose.py ``trusted_gradient``).

@@ -167,6 +167,13 @@ class TrustedScoreSettings(WrapperSettings):
     max_weight: float = Field(
         2.0, ge=1, le=100, description="FLTrust: no gradient weighs over this × its own"
     )
+    gain: float = Field(
+        1.0,
+        gt=0,
+        le=4,
+        description="FLTrust: every weighed gradient × this (capped at a device's own weight, the weights"
+        " average under 1 and the step shrinks with them)",
+    )
     floor: float = Field(
         0.0,
         ge=0,
@@ -209,6 +216,7 @@ class TrustedScore(StrategyWrapper):
         device_memory: int = 0,
         by_labels: Literal["none", "push", "device"] = "none",
         max_weight: float = 2.0,
+        gain: float = 1.0,
         floor: float = 0.0,
         veto: float | None = None,
         veto_memory: int = 100,
@@ -226,6 +234,7 @@ class TrustedScore(StrategyWrapper):
         self.scale, self.device_memory = scale, device_memory
         self.standing: dict[str, float] = {}  # FLTrust with device_memory: each device's averaged score
         self.by_labels, self.max_weight, self.floor = by_labels, max_weight, floor
+        self.gain = gain
         self.veto, self.veto_memory, self.parts = veto, veto_memory, parts
         self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
@@ -314,7 +323,7 @@ class TrustedScore(StrategyWrapper):
             float(np.linalg.norm(reference)) if self.scale == "reference" else statistics.median(self.norms)
         )
         resize = min(target / norm, 1.0) if self.scale == "fleet-down" else target / norm
-        scale = resize * min(score / mean, self.max_weight)
+        scale = resize * min(score / mean, self.max_weight) * self.gain
         return dataclasses.replace(arrival, gradient=arrival.gradient * np.float32(scale))
 
     def receive(self, arrival: Arrival) -> float:
