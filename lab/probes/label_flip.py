@@ -83,8 +83,8 @@ def install() -> None:
         CURRENT.update(standing=out, settledness=settled)
         return out
 
-    def far_recorded(self: Any, arrival: Any, weight: Any, freq: Any) -> bool:
-        out = far_from_nearest(self, arrival, weight, freq)
+    def far_recorded(self: Any, arrival: Any, weight: Any, freq: Any, settledness: float) -> bool:
+        out = far_from_nearest(self, arrival, weight, freq, settledness)
         if self.nearest is not None:
             CURRENT.update(nearest=self.margin_standing.get(arrival.device_id), nearest_dropped=out)
         return out

@@ -260,7 +260,7 @@ class LabelCheck(StrategyWrapper):
     def margin_score(self, version: int, weight: np.ndarray, freq: np.ndarray) -> float | None:
         """The lowest margin of a tested claimed row's descent among the templates: its cosine with its
         class's less the largest with another's. A label-flipped device's rows are made of other digits
-        and rank another class first (margins −0.6 to −1.3 a device, honest ones −0.4 or above on the
+        and rank another class first (margins −0.56 to −1.3 a device, honest ones −0.4 or above on the
         tuning seeds: lab/probes/label_flip.py); None without templates."""
         templates = self.current_templates(version, len(freq))
         if templates is None:
@@ -273,7 +273,9 @@ class LabelCheck(StrategyWrapper):
             margins.append(float(cosines[c] - np.max(np.delete(cosines, c))))
         return min(margins)
 
-    def far_from_nearest(self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray) -> bool:
+    def far_from_nearest(
+        self, arrival: Arrival, weight: np.ndarray, freq: np.ndarray, settledness: float
+    ) -> bool:
         """Whether the device's standing in its rows' template margin, this push in, is under the test's
         threshold: with ``settled``, −2 (none is) while the fleet learns, moving to ``nearest`` as it
         settles; without, ``nearest``. Early on the templates are of a model that tells few digits apart,
@@ -285,8 +287,7 @@ class LabelCheck(StrategyWrapper):
         margin = self.margin_score(arrival.base_version + arrival.staleness, weight, freq)
         if margin is None:
             return False
-        settledness = 1.0 if self.settled is None else self.settledness()
-        threshold = -2.0 + (self.nearest + 2.0) * settledness
+        threshold = self.nearest if self.settled is None else -2.0 + (self.nearest + 2.0) * settledness
         return remembered(self.margin_standing, arrival.device_id, margin, self.memory) < threshold
 
     def tested(self, freq: np.ndarray) -> np.ndarray:
@@ -331,10 +332,10 @@ class LabelCheck(StrategyWrapper):
         if self.lies(bias, freq):
             self.false_claims += 1
             return self._drop(arrival)
-        if self.far_from_nearest(arrival, weight, freq):
+        settledness = self.settledness()  # one quantile of the recent residuals a push
+        if self.far_from_nearest(arrival, weight, freq, settledness):
             self.nearest_drops += 1
             return self._drop(arrival)
-        settledness = self.settledness()  # one quantile of the recent residuals a push
         threshold = self.threshold_now(settledness)
         if threshold is not None:
             standing = self.standing_of(arrival, weight, freq, head[0], settledness)
