@@ -150,11 +150,16 @@ def test_robust_quick_chooses_on_the_tuning_seed_and_reports_the_heatmap_on_othe
     run_experiment("robust", quick=True, out_dir=tmp_path)
     data = outputs_exist(tmp_path, "robust-quick")
     s = data["summary"]
-    assert s["tune_seed"] not in s["seeds"] and s["recommended"] in s["choice"] and s["recommended"] != "none"
+    assert not set(s["tune_seeds"]) & set(s["seeds"]) and s["tune_seed"] == s["tune_seeds"][0]
+    assert s["recommended"] in s["choice"] and s["recommended"] != "none"
     assert s["reported"][0] == "none" and s["recommended"] in s["reported"]
     runs = data["runs"]
-    tuning = [r for r in runs if r["run"]["seed"] == s["tune_seed"]]
-    assert {r["run"]["defence"] for r in tuning} == set(s["choice"])  # every defence was tried there
+    for seed in s["tune_seeds"]:  # every defence chosen among tried on every tuning seed, the clean beside
+        tuning = {(r["run"]["defence"], r["run"]["attack"]) for r in runs if r["run"]["seed"] == seed}
+        assert {d for d, _ in tuning} == set(s["choice"]) | {"none"} and ("none", "sign-flip") not in tuning
+        assert set(s["choice_seeds"][str(seed)]) == set(s["choice"])
+    # ranked by the standing summed over the tuning seeds
+    assert min(s["choice_standing"].values()) == s["choice_standing"][s["recommended"]]
     # a gap is the clean undefended fleet's final minus the run's, on the same seed
     seed, fleet = s["seeds"][0], next(iter(s["fleets"]))
     final = {(r["run"]["defence"], r["run"]["attack"]): r["final"] for r in runs if r["run"]["seed"] == seed}
