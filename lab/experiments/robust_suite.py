@@ -142,7 +142,7 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
             # and label-check's nearest-template test: on seed 1004 label-flip ends at 0.774 inside the
             # recommended defence, FLTrust still giving its pushes 0.17-0.20 of a weight late (other seeds:
             # 0.005-0.05); each attacker's rows rank another class's template first (a device's mean margin
-            # -0.56 to -1.3, honest ones -0.38 and above: lab/probes/label_flip.py). Applied from the start
+            # -0.36 to -1.3, honest ones -0.45 and above: lab/probes/label_flip.py). Applied from the start
             # it dropped honest devices the early templates misjudge (seed 1000, clean: 0.927, 12.9% of
             # honest pushes; at -0.4, 0.366), so its threshold moves from -2 to -0.5 as the fleet settles.
             # On fresh seeds 2000-2007 label-flip drifts the recommended defence to 0.785-0.814 on three;

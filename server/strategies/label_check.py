@@ -47,9 +47,9 @@ thirteenth look).
 its claim is true and its rows agree with the trusted ones often enough to pass; on seed 1004 it took the
 fleet to 0.774 inside the recommended defence. Each of its claimed rows is made of another class's digits,
 and ranks that class's template first: a device's mean margin (the cosine of −∂W_c with c's template less
-the largest with another's) −0.6 to −1.3, honest ones −0.4 and above (lab/probes/label_flip.py, tuning
-seeds). A device whose standing in it falls under ``nearest`` is dropped, the threshold moving there from
-−2 as the fleet settles.
+the largest with another's) −0.36 to −1.3, honest ones −0.45 and above (lab/probes/label_flip.py, tuning
+seeds): a partial separation. A device whose standing in it falls under ``nearest`` is dropped, the
+threshold moving there from −2 as the fleet settles.
 
 An attack that keeps the output layer honest (``honest_head``) passes both tests, and ALIE that way took the
 fleet to 0.48 inside it with FLTrust (docs/robustness-history.md): an option, not the recommended defence.
@@ -260,7 +260,7 @@ class LabelCheck(StrategyWrapper):
     def margin_score(self, version: int, weight: np.ndarray, freq: np.ndarray) -> float | None:
         """The lowest margin of a tested claimed row's descent among the templates: its cosine with its
         class's less the largest with another's. A label-flipped device's rows are made of other digits
-        and rank another class first (margins −0.56 to −1.3 a device, honest ones −0.4 or above on the
+        and rank another class first (margins −0.36 to −1.3 a device, honest ones −0.45 or above on the
         tuning seeds: lab/probes/label_flip.py); None without templates."""
         templates = self.current_templates(version, len(freq))
         if templates is None:
