@@ -10,7 +10,9 @@ seconds to the target, and, for the backdoor, the attack success rate on the tri
 
 Two stages, so the recommendation never sees the reported seeds:
 
-1. **Choose** on ``tune_seeds``: every defence against every attack (and none) at ``share`` attackers on
+1. **Choose** on ``tune_seeds`` (the rerun's: 1000 and 1004 since 2026-11-30; the counts below summed over
+   them, the worst result the worst on any): every defence of ``choice_defences`` (all unless set) against
+   every attack (and none) at ``share`` attackers on
    ``choice_fleet`` (the first fleet unless set; the rerun's: peer-mlp-long, since 2026-11-29); the
    recommended defence is the one that loses the fewest attacks (more than 2 points below the clean fleet
    and half a point below a perfect filter, or a backdoor trigger past 10% success; until 2026-11-29 the
