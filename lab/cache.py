@@ -33,7 +33,6 @@ CODE = (
     "lab/experiments/peer_fleets.py",
     "lab/experiments/robust.py",
     "lab/experiments/robust_suite.py",
-    "lab/experiments/robust_judge.py",
     "lab/experiments/online_vs_standard.py",
     "lab/experiments/online_arms.py",
 )

@@ -90,9 +90,13 @@ def bound(s: dict[str, Any], fleet: str, share: float, seeds: list[int]) -> str:
     )
 
 
+def tuning_seeds(s: dict[str, Any]) -> list[int]:
+    """The seeds the choice was made on (results before 2026-11-30 chose on one, ``tune_seed``)."""
+    return s.get("tune_seeds", [s["tune_seed"]])
+
+
 def choice_tables(s: dict[str, Any], chooser: str) -> list[str]:
     """The choice, a table for each tuning seed, and with several the ranking's key for each defence."""
-    tuned = s.get("tune_seeds", [s["tune_seed"]])
     by_seed = s.get("choice_seeds", {str(s["tune_seed"]): s["choice"]})
     lines: list[str] = []
     for seed, choice in by_seed.items():
@@ -109,7 +113,7 @@ def choice_tables(s: dict[str, Any], chooser: str) -> list[str]:
             lines.append(f"| {defence} | {_pts(j['worst_gap'])} | {cost} | {backdoors([j])} | {missed} |")
         if line := bound(s, chooser, s["share"], [int(seed)]):
             lines += ["", line]
-    if len(tuned) > 1:
+    if len(tuning_seeds(s)) > 1:
         lines += [
             "",
             "Ranked over the tuning seeds by the attacks lost on each (summed), the worst result on any, then"
@@ -127,7 +131,7 @@ def markdown(result: Result, plan: Any) -> str:
     chooser = s.get("choice_fleet", first)  # results before 2026-11-29 chose on the first fleet
     attacks = list(next(iter(s["choice"].values()))["gaps"])
     t = s["targets"]
-    tuned = s.get("tune_seeds", [s["tune_seed"]])  # results before 2026-11-30 chose on one seed
+    tuned = tuning_seeds(s)
     lines = [
         "# Byzantine robustness: the attacks crossed with the defences (issue 30)",
         "",

@@ -30,14 +30,6 @@ import numpy as np
 DEFENCE = "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25"
 
 
-def margin(rows: np.ndarray, templates: np.ndarray, c: int) -> float:
-    """cos(−∂W_c, template c) less the largest cos(−∂W_c, template k) over the other classes k."""
-    row = -rows[c]
-    norms = np.linalg.norm(templates, axis=1) * max(float(np.linalg.norm(row)), 1e-30)
-    cosines = templates @ row / np.maximum(norms, 1e-30)
-    return float(cosines[c] - np.max(np.delete(cosines, c)))
-
-
 RECORDS: list[dict[str, Any]] = []  # this process's current run, one entry a push
 CURRENT: dict[str, Any] = {}  # the push going through the defence
 JOINED: dict[str, Any] = {}  # the run's devices in join order, and its adversary
@@ -60,30 +52,23 @@ def mean_of(records: list[dict[str, Any]], key: str) -> float | None:
 
 def mean_feature(check: Any) -> np.ndarray | None:
     """The unit mean of the classes' mean features at the templates' version (label-check's templates less
-    it), computed once a refresh from the trusted digits' one-sample gradients."""
+    it), computed once a refresh from the trusted digits (``class_means``)."""
+    from server.strategies.label_check import class_means
+
     reference, at = check.reference, check.templates_at
     if reference is None or getattr(reference, "core", None) is None:
         return None
     cached = getattr(check, "_mean_feature", None)
     if cached is not None and cached[0] == at:
         return cached[1]
-    head = reference.head()
     params = reference.core.run.params
-    x, y = reference.bench.train.x[reference.rows], reference.bench.train.y[reference.rows]
-    classes = head[1].stop - head[1].start
-    sums, counts = None, np.zeros(classes)
-    for i in range(len(y)):
-        g = reference.bench.gradients.loss_and_gradient(params, x[i : i + 1], y[i : i + 1])[1]
-        w, b = g[head[0]].reshape(classes, -1).astype(np.float64), g[head[1]]
-        k = int(np.argmax(np.abs(b)))
-        if b[k] == 0:
-            continue
-        sums = np.zeros((classes, w.shape[1])) if sums is None else sums
-        sums[int(y[i])] += w[k] / float(b[k])
-        counts[int(y[i])] += 1
-    if sums is None:
+    means, counts = class_means(
+        lambda x1, y1: reference.bench.gradients.loss_and_gradient(params, x1, y1)[1],
+        reference.bench.train.x[reference.rows], reference.bench.train.y[reference.rows], reference.head(),
+    )  # fmt: skip
+    if not counts.any():
         return None
-    mean = (sums / np.maximum(counts, 1)[:, None])[counts > 0].mean(axis=0)
+    mean = means[counts > 0].mean(axis=0)
     unit = mean / max(float(np.linalg.norm(mean)), 1e-30)
     check._mean_feature = (at, unit)
     return unit
@@ -111,14 +96,14 @@ def install() -> None:
 
     def standing_recorded(self: Any, arrival: Any, weight: Any, freq: Any, head: Any, settled: float) -> Any:
         out = standing_of(self, arrival, weight, freq, head, settled)
-        if self.templates is not None and self.templates.shape[0] == len(freq):
-            rows = weight.reshape(len(freq), -1)
-            major = np.flatnonzero(freq >= min(self.share, float(freq.max())))
-            CURRENT["margin"] = min(margin(rows, self.templates, int(c)) for c in major)
+        version = arrival.base_version + arrival.staleness  # the templates standing_of brought up to date
+        if (margin := self.margin_score(version, weight, freq)) is not None:
+            CURRENT["margin"] = margin
             common = mean_feature(self)  # the rows less their part along the classes' mean features
             if common is not None:
+                rows = weight.reshape(len(freq), -1)
                 centred = rows - np.outer(rows @ common, common)
-                CURRENT["centred"] = min(margin(centred, self.templates, int(c)) for c in major)
+                CURRENT["centred"] = self.margin_score(version, centred.ravel(), freq)
         CURRENT.update(standing=out, settledness=settled)
         return out
 

@@ -135,18 +135,18 @@ class LabelCheckSettings(WrapperSettings):
     )
 
 
-def class_templates(
+def class_means(
     gradient_of_one: Callable[[np.ndarray, np.ndarray], np.ndarray],
     x: np.ndarray,
     y: np.ndarray,
     head: tuple[slice, slice],
-) -> np.ndarray:
-    """Each class's mean features at the output layer's input over the samples ``x`` of that class, less
-    their mean over the classes present (0 for a class with none). For softmax cross-entropy a one-sample
-    gradient is ∂W_k = (p_k − y_k) h and ∂b_k = p_k − y_k, so h = ∂W_k / ∂b_k at the largest |∂b_k|: the
-    features come from the training graph the devices run, one sample at a time (``gradient_of_one``)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each class's mean features at the output layer's input over the samples ``x`` of that class, and how
+    many samples each mean is of (0: none, its mean 0). For softmax cross-entropy a one-sample gradient is
+    ∂W_k = (p_k − y_k) h and ∂b_k = p_k − y_k, so h = ∂W_k / ∂b_k at the largest |∂b_k|: the features come
+    from the training graph the devices run, one sample at a time (``gradient_of_one``)."""
     classes = head[1].stop - head[1].start
-    sums: np.ndarray | None = None
+    sums = np.zeros((classes, (head[0].stop - head[0].start) // classes))
     counts = np.zeros(classes)
     for i in range(len(y)):
         gradient = gradient_of_one(x[i : i + 1], y[i : i + 1])
@@ -154,12 +154,22 @@ def class_templates(
         k = int(np.argmax(np.abs(bias)))
         if bias[k] == 0:  # a sample fitted to float precision: no features to read
             continue
-        sums = np.zeros((classes, weight.shape[1])) if sums is None else sums
         sums[int(y[i])] += weight[k] / float(bias[k])
         counts[int(y[i])] += 1
-    if sums is None:
-        return np.zeros((classes, (head[0].stop - head[0].start) // classes), np.float32)
-    means = sums / np.maximum(counts, 1)[:, None]
+    return sums / np.maximum(counts, 1)[:, None], counts
+
+
+def class_templates(
+    gradient_of_one: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    head: tuple[slice, slice],
+) -> np.ndarray:
+    """Each class's mean features (``class_means``) less their mean over the classes present (0 for a
+    class with none)."""
+    means, counts = class_means(gradient_of_one, x, y, head)
+    if not counts.any():
+        return np.zeros_like(means, dtype=np.float32)
     templates = means - means[counts > 0].mean(axis=0)
     templates[counts == 0] = 0.0
     return templates.astype(np.float32)
