@@ -241,3 +241,46 @@ def test_fltrust_parts_each_keeps_the_lower_of_the_head_and_body_cosines():
     assert flat.score(
         np.asarray([1.0, 1.0], np.float32), np.asarray([2.0, 0.0], np.float32)
     ) == pytest.approx(1 / np.sqrt(2))
+
+
+class ThreeClassReference(FixedReference):
+    """A three-class softmax head (weights 0-2, biases 3-5): each label's g_s its own two coordinates."""
+
+    def gradient(self, label=None) -> np.ndarray | None:
+        self.calls += 1
+        if label is None:
+            return np.float32([1, 2, 1, 1, 2, 1])  # the whole: more of label 1's digits
+        return np.float32(np.eye(6)[label] + np.eye(6)[label + 3]) if 0 <= label < 3 else None
+
+    def head(self) -> tuple[slice, slice]:
+        return slice(0, 3), slice(3, 6)
+
+
+def test_label_veto_drops_a_device_working_against_one_labels_digits_without_reading_labels():
+    reference = ThreeClassReference([0.0] * 6)
+    veto = TrustedScore(_Recorder(), test="fltrust", label_veto=0.5, label_veto_memory=3, reference=reference)
+    plain = TrustedScore(_Recorder(), test="fltrust", reference=reference)
+    assert veto.reads() == frozenset()  # the test reads no label counts: it runs with DP on
+    honest, flipped = [1, -0.2, -0.2, 1, -0.2, -0.2], [-1, 1, 0, -1, 1, 0]
+    unlabelled = [
+        Arrival(f"{who}{i}", who, 0, 0, np.float32(g), None, 2, 1.0, 0.0)
+        for i in range(4)
+        for who, g in (("honest", honest), ("flipped", flipped))
+    ]  # honest: label 0's descent, a little against the others (cos −0.19); flipped: label 0's digits
+    # trained as 1, against label 0's g_s (cos −0.71) and with label 1's
+    for strategy in (veto, plain):
+        for a in unlabelled:
+            strategy.receive(a)
+    assert veto.label_vetoed == 4 and veto.dropped == 4 and veto.last_dropped == "flipped3"
+    assert plain.label_vetoed == 0 and plain.dropped == 0  # FLTrust alone: both agree with the whole g_s
+    assert veto.label_standing["flipped"] < -0.5 < -0.2 < veto.label_standing["honest"]
+    restored = TrustedScore(_Recorder(), test="fltrust", label_veto=0.5, reference=reference)
+    restored.load_state_dict(decode_state(encode_state(veto.state_dict())))
+    assert restored.label_standing == pytest.approx(veto.label_standing) and restored.label_vetoed == 4
+    assert veto.describe()["trusted_label_vetoed"] == 4
+    headless = ThreeClassReference([0.0] * 6)
+    headless.head = lambda: None  # a model without a softmax head: no labels to test against
+    unheaded = TrustedScore(_Recorder(), test="fltrust", label_veto=0.5, reference=headless)
+    assert all(unheaded.receive(a) > 0 for a in unlabelled[1::2]) and unheaded.label_vetoed == 0
+    with pytest.raises(ValueError):
+        TrustedScoreSettings(label_veto=-0.1)

@@ -149,6 +149,12 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
             # this mends one (2002: 0.948), not 2003 and 2004, where the fleet settles too late (the
             # fifteenth look): a partial fix, the rerun's candidate
             ("nearest0.5", {"label-check": {"nearest": -0.5}}),
+            # or trusted-score's label veto: a device whose pushes' lowest cosine with one label's trusted
+            # gradient stands under -0.45 is dropped. Label-flip's push works against its digits' own class
+            # (seed 2003: device means -0.52 to -0.63 once learnt; honest -0.08 to -0.35, clean or not:
+            # lab/probes/label_flip.py --label-cosines); it reads no labels
+            *((f"lv{v}", {"trusted-score": {"label_veto": v}}) for v in (0.4, 0.45, 0.5)),
+            ("nearest0.5-lv0.45", {"label-check": {"nearest": -0.5}, "trusted-score": {"label_veto": 0.45}}),
         )
     },
     # the bound's own price on the plateau (the twelfth look): the ramp with no bound or a looser one

@@ -12,7 +12,9 @@ c's template less the largest with another's, negative when the row looks more l
 Byzantine apart, per quarter of the run: the mean FLTrust weight and score, the mean margin, the share of
 pushes whose nearest template is not the claimed class, the nearest test's drops and lowest standings, the
 fleet's settledness, and each device's mean margin, centred margin, score and share of pushes ranking its
-claimed class first.
+claimed class first. With ``--label-cosines``, also each device's mean lowest cosine of its pushes with one
+label's trusted gradient (over every label, the unclaimed, the claimed): what trusted-score's ``label_veto``
+stands a device on (the sixteenth look).
 
 Not an experiment (no results file): one JSON line per run.
 ``python -m lab.probes.label_flip --seeds 1000,1004 --attacks label-flip,clean``
@@ -27,9 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from server.strategies.trusted_score import cosine
+
 DEFENCE = "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25"
 
 
+LABEL_COSINES = False  # --label-cosines: each push's cosine with every label's trusted gradient
 RECORDS: list[dict[str, Any]] = []  # this process's current run, one entry a push
 CURRENT: dict[str, Any] = {}  # the push going through the defence
 JOINED: dict[str, Any] = {}  # the run's devices in join order, and its adversary
@@ -74,6 +79,26 @@ def mean_feature(check: Any) -> np.ndarray | None:
     return unit
 
 
+def label_cosines(check: Any, arrival: Any) -> dict[str, float]:
+    """The push's lowest cosine with one label's trusted gradient: over every label, over those it does not
+    claim, over those it does (what trusted-score's ``label_veto`` stands a device on)."""
+    if check.reference is None or arrival.label_counts is None:
+        return {}
+    version = arrival.base_version + arrival.staleness
+    claimed = set(np.flatnonzero(np.asarray(arrival.label_counts) > 0).tolist())
+    cosines = {
+        k: cosine(arrival.gradient, g)
+        for k in range(len(arrival.label_counts))
+        if (g := check.by_label.of(check.reference, version, k)) is not None
+    }
+    out = {"label_min": min(cosines.values())} if cosines else {}
+    for key, chosen in (("unclaimed_min", False), ("claimed_min", True)):
+        values = [c for k, c in cosines.items() if (k in claimed) == chosen]
+        if values:
+            out[key] = min(values)
+    return out
+
+
 def install() -> None:
     """Wraps the defence's parts, once a process, to record what each did to a push in ``CURRENT``."""
     import lab.experiments.robust as robust
@@ -115,6 +140,8 @@ def install() -> None:
 
     def receive_recorded(self: Any, arrival: Any) -> float:
         CURRENT.clear()
+        if LABEL_COSINES:
+            CURRENT.update(label_cosines(self, arrival))
         out = receive(self, arrival)
         RECORDS.append({"device": arrival.device_id, "version": arrival.base_version, **CURRENT})
         return out
@@ -130,12 +157,18 @@ def install() -> None:
     robust.shrunk_pushes = shrunk_recorded
 
 
-def one(job: tuple[str, str, int, str]) -> dict[str, Any]:
+LABEL_COSINES_HELP = (
+    "record each push's cosine with every label's trusted gradient (lowest: all, unclaimed, claimed)"
+)
+
+
+def one(job: tuple[str, str, int, str, bool]) -> dict[str, Any]:
     import lab.experiments.robust as robust
 
+    global LABEL_COSINES
     install()
     RECORDS.clear()
-    defence, attack, seed, fleet = job
+    defence, attack, seed, fleet, LABEL_COSINES = job
     records = RECORDS
     run = robust.Run(defence, None if attack == "clean" else attack, 0.3, fleet, seed)
     out = robust.simulate(run)
@@ -179,6 +212,15 @@ def one(job: tuple[str, str, int, str]) -> dict[str, Any]:
                 "device_scores": sorted(
                     round(float(np.mean(m)), 2) for m in by_device(chosen, "score").values() if m
                 ),
+                "device_label_min": sorted(
+                    round(float(np.mean(m)), 2) for m in by_device(chosen, "label_min").values() if m
+                ),
+                "device_unclaimed_min": sorted(
+                    round(float(np.mean(m)), 2) for m in by_device(chosen, "unclaimed_min").values() if m
+                ),
+                "device_claimed_min": sorted(
+                    round(float(np.mean(m)), 2) for m in by_device(chosen, "claimed_min").values() if m
+                ),
                 # each device's mean margin over the quarter, lowest first: what a standing would see
                 "device_margins": sorted(
                     round(float(np.mean(m)), 2) for m in by_device(chosen, "margin").values() if m
@@ -194,9 +236,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="1000,1004")
     parser.add_argument("--fleet", default="peer-mlp-long")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--label-cosines", action="store_true", help="each push's lowest cosine with one label's g_s"
+    )
     args = parser.parse_args()
-    jobs = [(d, a, int(s), args.fleet) for s in args.seeds.split(",") for a in args.attacks.split(",")
-            for d in args.defences.split(",")]  # fmt: skip
+    jobs = [(d, a, int(s), args.fleet, args.label_cosines) for s in args.seeds.split(",")
+            for a in args.attacks.split(",") for d in args.defences.split(",")]  # fmt: skip
     from lab.experiments.protocol import one_blas_thread
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
