@@ -389,3 +389,18 @@ def test_the_cli_runs_n_sybils_of_one_key(tmp_path, monkeypatch):
     assert len(configs) == 3 and {c.enrollment_key for c in configs} == {"k"}
     attack = make_attack("sybil", **configs[0].attack_params)
     assert isinstance(attack, Sybil) and isinstance(attack.inner, IPM) and attack.count == 3
+
+
+def test_label_flip_with_a_share_flips_that_share_of_the_batch_and_keeps_the_rest():
+    y = np.arange(10).repeat(100)
+    x = np.zeros((len(y), 4), np.float32)
+    whole = make_attack("label-flip", np.random.default_rng(0))
+    np.testing.assert_array_equal(whole.batch(x, y, 10)[1], 9 - y)
+    half = make_attack("label-flip", np.random.default_rng(0), share="0.5")
+    _, flipped = half.batch(x, y, 10)
+    changed = flipped != y
+    assert 0.4 < changed.mean() < 0.6  # about half, each flipped to 9 - y
+    np.testing.assert_array_equal(flipped[changed], 9 - y[changed])
+    assert (make_attack("label-flip", share=0.0).batch(x, y, 10)[1] == y).all()
+    with pytest.raises(ValueError):
+        make_attack("label-flip", share="1.5")

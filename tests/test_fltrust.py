@@ -284,3 +284,44 @@ def test_label_veto_drops_a_device_working_against_one_labels_digits_without_rea
     assert all(unheaded.receive(a) > 0 for a in unlabelled[1::2]) and unheaded.label_vetoed == 0
     with pytest.raises(ValueError):
         TrustedScoreSettings(label_veto=-0.1)
+
+
+def _softmax_gradient(features: np.ndarray, predicted, label: int) -> np.ndarray:
+    """A softmax head's loss gradient on one digit (features h, predicted p): ∂W = (p − y) h, ∂b = p − y."""
+    error = np.asarray(predicted, np.float64) - np.eye(3)[label]
+    return np.concatenate([np.outer(error, features).ravel(), error]).astype(np.float32)
+
+
+class SoftmaxReference(FixedReference):
+    """Three classes whose digits have features (1, 0), (0, 1) and (1, 1)/√2, each predicted right at 0.8:
+    each label's trusted gradient as a softmax head's (weights 0-5, biases 6-8)."""
+
+    features = (np.float64([1, 0]), np.float64([0, 1]), np.float64([1, 1]) / np.sqrt(2))
+
+    def gradient(self, label=None) -> np.ndarray | None:
+        self.calls += 1
+        if label is None:
+            return sum(self.gradient(k) for k in range(3))
+        return _softmax_gradient(self.features[label], [0.8 if k == label else 0.1 for k in range(3)], label)
+
+    def head(self) -> tuple[slice, slice]:
+        return slice(0, 6), slice(6, 9)
+
+
+def test_label_veto_by_mass_tells_a_flipped_device_from_one_the_model_confuses():
+    h = SoftmaxReference.features
+    pushes = {
+        "flipped": _softmax_gradient(h[0], [0.8, 0.1, 0.1], 2),  # class 0's digits, known as 0, trained as 2
+        "confused": _softmax_gradient(h[1], [0.5, 0.4, 0.1], 1),  # class 1's, half taken for 0
+        "honest": _softmax_gradient(h[0], [0.8, 0.1, 0.1], 0),  # class 0's, against class 2's (shared ink)
+    }  # lowest cosines with one label's g_s: −0.81, −0.39, −0.43; times the mass there: −0.65, −0.19, −0.04
+    plain = TrustedScore(_Recorder(), test="fltrust", label_veto=0.3, label_veto_memory=1,
+                         reference=SoftmaxReference([0.0]))  # fmt: skip
+    by_mass = TrustedScore(_Recorder(), test="fltrust", label_veto=0.3, label_veto_memory=1,
+                           label_veto_mass=True, reference=SoftmaxReference([0.0]))  # fmt: skip
+    for device, g in pushes.items():
+        for strategy in (plain, by_mass):
+            strategy.receive(Arrival(device, device, 0, 0, g, None, 2, 1.0, 0.0))
+    assert plain.label_vetoed == 3  # by the cosine alone every one of them works against some class
+    assert by_mass.label_vetoed == 1 and by_mass.last_dropped == "flipped"
+    assert by_mass.label_standing["flipped"] == pytest.approx(-0.65, abs=0.01)

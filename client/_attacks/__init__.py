@@ -9,7 +9,7 @@ name            pushes                                                          
 sign-flip       −10·g (the thesis's attack)                                      k
 scaled          −k·g                                                             k
 gaussian        N(0, σ²) noise                                                   sigma
-label-flip      the honest gradient of labels C−1−y                              —
+label-flip      the honest gradient of labels C−1−y (on a ``share`` of it)       share
 stale-replay    the gradient of ``lag`` tasks before                             lag
 alie            μ − z·σ per coordinate (Baruch et al. 2019)                      n, f, z, estimates
 ipm             −ε·μ (Xie, Koyejo, Gupta 2020)                                   epsilon, estimates

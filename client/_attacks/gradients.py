@@ -90,13 +90,24 @@ class Gaussian(Honest):
 
 @dataclass
 class LabelFlip(Honest):
-    """Train on y → C−1−y: a data-poisoning attack, its gradient an honest one of wrong labels."""
+    """Train on y → C−1−y: a data-poisoning attack, its gradient an honest one of wrong labels. With
+    ``share`` under 1, each sample is flipped with that probability and the rest kept: a push that works
+    against its digits' own class less, the attack adapted to a defence that scores that (trusted-score's
+    ``label_veto``)."""
 
     name: str = field(default="label-flip", init=False)
     changes_batch: bool = field(default=True, init=False)
+    share: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"label-flip share must be in [0, 1], got {self.share}")
 
     def batch(self, x: np.ndarray, y: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-        return x, label_flip(y, num_classes)
+        if self.share >= 1.0:
+            return x, label_flip(y, num_classes)
+        chosen = self.rng.random(len(y)) < self.share
+        return x, np.where(chosen, label_flip(y, num_classes), y).astype(y.dtype)
 
 
 class StaleReplay:

@@ -155,6 +155,11 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
             # lab/probes/label_flip.py --label-cosines); it reads no labels
             *((f"lv{v}", {"trusted-score": {"label_veto": v}}) for v in (0.4, 0.45, 0.5)),
             ("nearest0.5-lv0.45", {"label-check": {"nearest": -0.5}, "trusted-score": {"label_veto": 0.45}}),
+            # the label veto by cosine times the mass the model predicts on that label over the push's batch
+            *(
+                (f"lvm{v}", {"trusted-score": {"label_veto": v, "label_veto_mass": True}})
+                for v in (0.1, 0.15, 0.2)
+            ),
         )
     },
     # the bound's own price on the plateau (the twelfth look): the ramp with no bound or a looser one
@@ -223,6 +228,10 @@ ATTACKS: dict[str, dict[str, Any]] = {
     "alie-head": {"attack": "alie", "honest_head": True},
     # ALIE telling its true labels to a defence that reads them (otherwise it claims the best-agreeing label)
     "alie-truthful": {"attack": "alie", "truthful": True},
+    # label-flip on part of each batch: its pushes work against their digits' class less, under
+    # trusted-score's label veto (adaptive)
+    "label-flip-half": {"attack": "label-flip", "share": 0.5},
+    "label-flip-70": {"attack": "label-flip", "share": 0.7},
 }
 # not an attack: the attackers' pushes never reach the server, what a perfect filter keeps (sim/adversary.py)
 SILENT = "silent"

@@ -92,6 +92,11 @@ def label_cosines(check: Any, arrival: Any) -> dict[str, float]:
         if (g := check.by_label.of(check.reference, version, k)) is not None
     }
     out = {"label_min": min(cosines.values())} if cosines else {}
+    head = check.reference.head()
+    if cosines and head is not None:  # the bias gradient there: the mass predicted on that label
+        lowest = min(cosines, key=cosines.__getitem__)
+        out["label_min_bias"] = float(arrival.gradient[head[1]][lowest])
+        out["label_min_claimed"] = float(lowest in claimed)
     for key, chosen in (("unclaimed_min", False), ("claimed_min", True)):
         values = [c for k, c in cosines.items() if (k in claimed) == chosen]
         if values:
@@ -218,6 +223,22 @@ def one(job: tuple[str, str, int, str, bool]) -> dict[str, Any]:
                 "device_unclaimed_min": sorted(
                     round(float(np.mean(m)), 2) for m in by_device(chosen, "unclaimed_min").values() if m
                 ),
+                "device_label_min_bias": sorted(
+                    round(float(np.mean(m)), 2) for m in by_device(chosen, "label_min_bias").values() if m
+                ),
+                # each device's mean lowest cosine weighed by the predicted mass there (bias gradient, +)
+                "device_label_min_weighed": sorted(
+                    round(float(np.mean(m)), 2)
+                    for m in by_device(
+                        [
+                            {**r, "w": r["label_min"] * max(r["label_min_bias"], 0.0)}
+                            for r in chosen
+                            if "label_min_bias" in r
+                        ],
+                        "w",
+                    ).values()
+                    if m
+                ),  # fmt: skip
                 "device_claimed_min": sorted(
                     round(float(np.mean(m)), 2) for m in by_device(chosen, "claimed_min").values() if m
                 ),

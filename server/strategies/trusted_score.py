@@ -210,6 +210,12 @@ class TrustedScoreSettings(WrapperSettings):
     label_veto_memory: int = Field(
         30, ge=1, le=10_000, description="the label veto's standing averages a device's last ~this many"
     )
+    label_veto_mass: bool = Field(
+        False,
+        description="the label veto weighs each label's cosine by the mass the model predicts on that label"
+        " over the push's batch (its bias gradient there, when positive): a push working against the class"
+        " its own digits are taken for, not one the model merely confuses them with",
+    )
 
 
 class TrustedScore(StrategyWrapper):
@@ -239,6 +245,7 @@ class TrustedScore(StrategyWrapper):
         parts: Literal["whole", "each"] = "whole",
         label_veto: float | None = None,
         label_veto_memory: int = 30,
+        label_veto_mass: bool = False,
         reference: ReferenceGradient | None = None,
     ) -> None:
         super().__init__(inner)
@@ -256,6 +263,7 @@ class TrustedScore(StrategyWrapper):
         self.veto, self.veto_memory, self.parts = veto, veto_memory, parts
         self.whole_standing: dict[str, float] = {}  # with a veto: each device's standing against all of g_s
         self.label_veto, self.label_veto_memory = label_veto, label_veto_memory
+        self.label_veto_mass = label_veto_mass
         self.label_standing: dict[str, float] = {}  # with a label veto: each device's lowest-label standing
         self.labels_seen: dict[str, np.ndarray] = {}  # by_labels "device": each device's label counts so far
         self.cached: tuple[int, np.ndarray | None] | None = None  # (version, g_s)
@@ -318,11 +326,13 @@ class TrustedScore(StrategyWrapper):
         head = self.reference.head()
         if head is None:
             return False
-        lowest = None
+        lowest, bias = None, arrival.gradient[head[1]]
         for label in range(head[1].stop - head[1].start):
             g = self.by_label.of(self.reference, version, label)
             if g is not None and g.shape == arrival.gradient.shape:
                 score = cosine(arrival.gradient, g)
+                if self.label_veto_mass:  # ∂b_k = mean p_k − freq_k: over 0, the batch is taken for k
+                    score *= max(float(bias[label]), 0.0)
                 lowest = score if lowest is None else min(lowest, score)
         if lowest is None:
             return False
