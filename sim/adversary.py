@@ -26,7 +26,7 @@ import numpy as np
 
 from client._attacks import Attack, Backdoor, Honest, Sybil, add_trigger, attack_success_rate, make_attack
 from client._attacks.live import splice_head
-from server.strategies.trusted_score import cosine
+from server.strategies.by_label import cosine
 from sim.controlled import Workbench
 
 __all__ = ["Adversary", "adversary", "backdoor_success"]

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from server.strategies.base import Strategy
-from server.strategies.trusted_score import cosine
+from server.strategies.by_label import cosine
 from server.strategies.wrappers import StrategyWrapper
 
 DEFAULT = ("fedbuff-equal-ref10", 0.3)

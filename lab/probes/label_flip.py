@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from server.strategies.trusted_score import cosine
+from server.strategies.by_label import cosine
 
 DEFENCE = "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25"
 

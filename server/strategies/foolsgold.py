@@ -33,7 +33,8 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
-from server.strategies.trusted_score import LabelGradients, device_counts, head_start
+from server.strategies.by_label import LabelGradients
+from server.strategies.trusted_score import device_counts, head_start
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 

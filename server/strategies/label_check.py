@@ -69,7 +69,8 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
-from server.strategies.trusted_score import LabelGradients, TrustedScore
+from server.strategies.by_label import LabelGradients
+from server.strategies.trusted_score import TrustedScore
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 

@@ -27,10 +27,9 @@ itself on a few samples it trusts (issue 30), in one of three published forms:
   reversed gradient happens to agree with passed (sign-flip on 4s and 8s claiming 9), while against all
   the trusted digits that gradient points away.
 
-``label_veto`` (any test) gives weight 0 to a device whose standing in its pushes' lowest cosine with one
-label's g_s falls under −label_veto: label-flip trains digits of t as 9 − t and works against the trusted
-digits of t, while scored against the labels it claims (true: it tells the flipped ones) FLTrust gave it a
-fifth of a weight on some seeds. It reads no label counts.
+``label_veto`` (any test) gives weight 0 to a device whose pushes work against one class's trusted digits
+(label-flip's do, while they agree with the labels they claim), ``label_veto_mass`` weighs that by the mass
+the model predicts on the class: server/strategies/by_label.py ``lowest_label_score``.
 
 g_s is the loss gradient on ``samples`` held-out *training* samples (an .npz of x and y, ``data``; never
 the test set: server/settings_rules.py refuses FLEET_EVAL_DATA) at the parameters the model holds now,
@@ -64,6 +63,7 @@ from pydantic import Field
 
 from server.core.ports import ReferenceGradient
 from server.strategies.base import Arrival, Strategy
+from server.strategies.by_label import LabelGradients, cosine, lowest_label_score
 from server.strategies.wrappers import StrategyWrapper, WrapperSettings
 
 Test = Literal["aflguard", "zeno++", "fltrust"]
@@ -76,13 +76,6 @@ def zeno_score(gradient: np.ndarray, reference: np.ndarray, rate: float, rho: fl
     norm, target = float(np.linalg.norm(g)), float(np.linalg.norm(s))
     scaled = g * (target / norm) if norm > 0 else g
     return rate * float(s @ scaled) - rho * float(scaled @ scaled)
-
-
-def cosine(gradient: np.ndarray, reference: np.ndarray) -> float:
-    """cos(g, g_s), 0 when either is zero."""
-    g, s = gradient.astype(np.float64), reference.astype(np.float64)
-    norms = float(np.linalg.norm(g)) * float(np.linalg.norm(s))
-    return float(g @ s) / norms if norms > 0 else 0.0
 
 
 def aflguard_distance(gradient: np.ndarray, reference: np.ndarray) -> float:
@@ -103,35 +96,6 @@ def device_counts(seen: dict[str, np.ndarray], device: str, counts: np.ndarray) 
     previous = seen.get(device)
     seen[device] = counts if previous is None or previous.shape != counts.shape else previous + counts
     return seen[device]
-
-
-class LabelGradients:
-    """Each label's g_s at one version, asked of the port once (trusted-score, label-check and foolsgold each
-    keep one), and their mix by a device's label counts."""
-
-    def __init__(self) -> None:
-        self.version, self.cache = -1, {}
-
-    def of(self, reference: ReferenceGradient | None, version: int, label: int) -> np.ndarray | None:
-        if self.version != version:
-            self.version, self.cache = version, {}
-        if label not in self.cache:
-            self.cache[label] = None if reference is None else reference.gradient(label)
-        return self.cache[label]
-
-    def mixed(
-        self, reference: ReferenceGradient | None, version: int, counts: np.ndarray
-    ) -> np.ndarray | None:
-        """Σ_c p_c g_s(c): g_s on the trusted samples of each label the device trained on, weighted by its
-        share of the device's batch (labels without a trusted sample left out); None when none has one."""
-        mixed, weight = None, 0.0
-        for label in np.flatnonzero(counts > 0):
-            gradient = self.of(reference, version, int(label))
-            if gradient is not None:
-                share = float(counts[label])
-                mixed = gradient * share if mixed is None else mixed + gradient * share
-                weight += share
-        return None if mixed is None else mixed / np.float32(weight)
 
 
 class TrustedScoreSettings(WrapperSettings):
@@ -316,24 +280,15 @@ class TrustedScore(StrategyWrapper):
         return self.remembered(self.whole_standing, arrival.device_id, score, self.veto_memory) < -self.veto
 
     def label_vetoes(self, arrival: Arrival, version: int) -> bool:
-        """Whether the device's standing in its lowest cosine with one label's g_s is under −label_veto.
-        A label-flipped push (digits of t trained as 9 − t) works against the trusted digits of t: on seed
-        2003 at 12,000 pushes its devices' mean lowest cosines were −0.52 to −0.63 once the model learnt,
-        honest ones −0.08 to −0.35 with or without the attack, where FLTrust, scoring against the labels
-        it claims, still gave it a fifth of a weight (lab/probes/label_flip.py --label-cosines)."""
+        """Whether the device's standing in its pushes' lowest score against one label's g_s
+        (``lowest_label_score``) is under −label_veto."""
         if self.label_veto is None or self.reference is None:
             return False
-        head = self.reference.head()
-        if head is None:
-            return False
-        lowest, bias = None, arrival.gradient[head[1]]
-        for label in range(head[1].stop - head[1].start):
-            g = self.by_label.of(self.reference, version, label)
-            if g is not None and g.shape == arrival.gradient.shape:
-                score = cosine(arrival.gradient, g)
-                if self.label_veto_mass:  # ∂b_k = mean p_k − freq_k: over 0, the batch is taken for k
-                    score *= max(float(bias[label]), 0.0)
-                lowest = score if lowest is None else min(lowest, score)
+        reference = self.reference
+        lowest = lowest_label_score(
+            arrival.gradient, lambda label: self.by_label.of(reference, version, label), reference.head(),
+            mass=self.label_veto_mass,
+        )  # fmt: skip
         if lowest is None:
             return False
         standing = self.remembered(self.label_standing, arrival.device_id, lowest, self.label_veto_memory)
