@@ -155,7 +155,6 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
             # classes the model confuses theirs with (-0.08 to -0.50): at 0.45 it dropped 22.7% of the honest
             # pushes on seed 3003 with no attack (0.827), at 0.4 9.7% on 1000; 0.5 held (the sixteenth look)
             *((f"lv{v}", {"trusted-score": {"label_veto": v}}) for v in (0.4, 0.45, 0.5)),
-            ("nearest0.5-lv0.45", {"label-check": {"nearest": -0.5}, "trusted-score": {"label_veto": 0.45}}),
             # or by the cosine times the mass the model predicts on that label over the push's batch (its bias
             # gradient there): an attacker's digits are taken for their class, an honest device's seldom for
             # the one it is confused with. 0.1 dropped 14.9% of honest pushes on 3003 with no attack; 0.2 let

@@ -49,6 +49,11 @@ def by_device(records: list[dict[str, Any]], key: str) -> dict[str, list[float]]
     return out
 
 
+def device_means(records: list[dict[str, Any]], key: str) -> list[float]:
+    """Each device's mean of ``key`` over ``records``, lowest first."""
+    return sorted(round(float(np.mean(m)), 2) for m in by_device(records, key).values() if m)
+
+
 def mean_of(records: list[dict[str, Any]], key: str) -> float | None:
     """The mean of ``key`` over the records that have it."""
     values = [r[key] for r in records if r.get(key) is not None]
@@ -96,6 +101,7 @@ def label_cosines(check: Any, arrival: Any) -> dict[str, float]:
     if cosines and head is not None:  # the bias gradient there: the mass predicted on that label
         lowest = min(cosines, key=cosines.__getitem__)
         out["label_min_bias"] = float(arrival.gradient[head[1]][lowest])
+        out["label_min_weighed"] = out["label_min"] * max(out["label_min_bias"], 0.0)
         out["label_min_claimed"] = float(lowest in claimed)
     for key, chosen in (("unclaimed_min", False), ("claimed_min", True)):
         values = [c for k, c in cosines.items() if (k in claimed) == chosen]
@@ -162,11 +168,6 @@ def install() -> None:
     robust.shrunk_pushes = shrunk_recorded
 
 
-LABEL_COSINES_HELP = (
-    "record each push's cosine with every label's trusted gradient (lowest: all, unclaimed, claimed)"
-)
-
-
 def one(job: tuple[str, str, int, str, bool]) -> dict[str, Any]:
     import lab.experiments.robust as robust
 
@@ -204,9 +205,7 @@ def one(job: tuple[str, str, int, str, bool]) -> dict[str, Any]:
                 "score": round(float(np.mean(scores)), 3) if scores else None,
                 "margin": round(float(np.mean(margins)), 3) if margins else None,
                 "not_nearest": round(float(np.mean(np.array(margins) < 0)), 3) if margins else None,
-                "device_centred": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "centred").values() if m
-                ),
+                "device_centred": device_means(chosen, "centred"),
                 # each device's share of pushes ranking the claimed class's template first
                 "device_nearest_share": sorted(
                     round(float(np.mean(np.array(m) > 0)), 3)
@@ -214,38 +213,15 @@ def one(job: tuple[str, str, int, str, bool]) -> dict[str, Any]:
                     if m
                 ),
                 # each device's mean FLTrust score (its standing) over the quarter, lowest first
-                "device_scores": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "score").values() if m
-                ),
-                "device_label_min": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "label_min").values() if m
-                ),
-                "device_unclaimed_min": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "unclaimed_min").values() if m
-                ),
-                "device_label_min_bias": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "label_min_bias").values() if m
-                ),
-                # each device's mean lowest cosine weighed by the predicted mass there (bias gradient, +)
-                "device_label_min_weighed": sorted(
-                    round(float(np.mean(m)), 2)
-                    for m in by_device(
-                        [
-                            {**r, "w": r["label_min"] * max(r["label_min_bias"], 0.0)}
-                            for r in chosen
-                            if "label_min_bias" in r
-                        ],
-                        "w",
-                    ).values()
-                    if m
-                ),  # fmt: skip
-                "device_claimed_min": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "claimed_min").values() if m
-                ),
+                "device_scores": device_means(chosen, "score"),
+                "device_label_min": device_means(chosen, "label_min"),
+                "device_unclaimed_min": device_means(chosen, "unclaimed_min"),
+                "device_label_min_bias": device_means(chosen, "label_min_bias"),
+                # the lowest cosine weighed by the predicted mass there (bias gradient, when positive)
+                "device_label_min_weighed": device_means(chosen, "label_min_weighed"),
+                "device_claimed_min": device_means(chosen, "claimed_min"),
                 # each device's mean margin over the quarter, lowest first: what a standing would see
-                "device_margins": sorted(
-                    round(float(np.mean(m)), 2) for m in by_device(chosen, "margin").values() if m
-                ),
+                "device_margins": device_means(chosen, "margin"),
             }
     return summary
 
