@@ -404,3 +404,16 @@ def test_label_flip_with_a_share_flips_that_share_of_the_batch_and_keeps_the_res
     assert (make_attack("label-flip", share=0.0).batch(x, y, 10)[1] == y).all()
     with pytest.raises(ValueError):
         make_attack("label-flip", share="1.5")
+
+
+def test_label_flip_with_a_duty_poisons_that_share_of_the_pushes_whole_and_leaves_the_rest_honest():
+    y = np.arange(10).repeat(10)
+    x = np.zeros((len(y), 4), np.float32)
+    attack = make_attack("label-flip", np.random.default_rng(0), duty="0.3")
+    pushes = [attack.batch(x, y, 10)[1] for _ in range(400)]
+    flipped = [p for p in pushes if not (p == y).all()]
+    assert all((p == 9 - y).all() for p in flipped)  # a poisoned push is flipped whole
+    assert 0.22 < len(flipped) / len(pushes) < 0.38
+    assert all((make_attack("label-flip", duty=0.0).batch(x, y, 10)[1] == y).all() for _ in range(5))
+    with pytest.raises(ValueError):
+        make_attack("label-flip", duty="-0.1")

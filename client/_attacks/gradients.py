@@ -93,17 +93,23 @@ class LabelFlip(Honest):
     """Train on y → C−1−y: a data-poisoning attack, its gradient an honest one of wrong labels. With
     ``share`` under 1, each sample is flipped with that probability and the rest kept: a push that works
     against its digits' own class less, the attack adapted to a defence that scores that (trusted-score's
-    ``label_veto``)."""
+    ``label_veto``). With ``duty`` under 1, only that share of the pushes is poisoned and the rest are
+    honest: a device whose standing over its recent pushes stays above a veto's threshold while a flipped
+    push still lands (the attack adapted to the veto's memory)."""
 
     name: str = field(default="label-flip", init=False)
     changes_batch: bool = field(default=True, init=False)
     share: float = 1.0
+    duty: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.share <= 1.0:
-            raise ValueError(f"label-flip share must be in [0, 1], got {self.share}")
+        for what, value in (("share", self.share), ("duty", self.duty)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"label-flip {what} must be in [0, 1], got {value}")
 
     def batch(self, x: np.ndarray, y: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.duty < 1.0 and self.rng.random() >= self.duty:
+            return x, y  # an honest push, to keep the device's standing up
         if self.share >= 1.0:
             return x, label_flip(y, num_classes)
         chosen = self.rng.random(len(y)) < self.share
