@@ -43,6 +43,15 @@ def postgres_url() -> str:
 fresh_postgres_database = postgres.scratch_database  # a copy of this session's migrated template
 
 
+@pytest.fixture(scope="module")
+def tiny() -> tuple[Any, bytes]:
+    """The device worker's tests' model: softmax regression's manifest and ONNX training graph, its loss and
+    gradient written out by hand (tests/support/client_doubles.py)."""
+    from tests.support.client_doubles import softmax_regression
+
+    return softmax_regression()
+
+
 @pytest.fixture
 def database_url(tmp_path: Path) -> str:
     """A SQLite file: the database of tests whose subject is not storage."""

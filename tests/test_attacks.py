@@ -34,13 +34,7 @@ from client._attacks import (
 from client._energy import EnergyModel
 from client._sybils import sybil_configs
 from fleet.cli import app
-from fleet_protocol import Manifest
-from tests.test_client import FakeServer, make_data, make_worker, numpy_reference, softmax_regression
-
-
-@pytest.fixture(scope="module")
-def tiny() -> tuple[Manifest, bytes]:
-    return softmax_regression()
+from tests.support.client_doubles import FakeServer, make_data, make_worker, numpy_reference
 
 
 def honest_rows(m: int = 12, d: int = 50, seed: int = 0) -> np.ndarray:

@@ -25,8 +25,8 @@ from server.store.database import make_engine, migrate, session_factory
 from server.store.sql import SqlStore
 from server.store.tables import EnrollmentKeyRow
 from tests.conftest import ADMIN
+from tests.support.client_doubles import make_worker
 from tests.support.stores import BACKENDS, plain_cores
-from tests.test_client import make_worker
 from tests.test_console_core import alembic_config
 
 SECRET = "s" * 24  # an install secret
