@@ -325,3 +325,30 @@ def test_label_veto_by_mass_tells_a_flipped_device_from_one_the_model_confuses()
     assert plain.label_vetoed == 3  # by the cosine alone every one of them works against some class
     assert by_mass.label_vetoed == 1 and by_mass.last_dropped == "flipped"
     assert by_mass.label_standing["flipped"] == pytest.approx(-0.65, abs=0.01)
+
+
+def test_the_label_stack_scores_a_push_as_each_labels_cosine_would():
+    """The veto's one product over the stacked labels gives each label's cosine (times its mass), the lowest
+    taken; a label with no trusted sample, or a zero g_s, is no lower than 0."""
+    from server.strategies.by_label import LabelGradients, cosine, lowest_label_score
+
+    rng = np.random.default_rng(5)
+    labelled = {0: rng.normal(size=9), 1: None, 2: rng.normal(size=9), 3: np.zeros(9)}
+
+    class Port:
+        def gradient(self, label=None):
+            return labelled[label]
+
+    stack = LabelGradients().stacked(Port(), version=1, classes=4)
+    head = (slice(0, 5), slice(5, 9))
+    for _ in range(20):
+        push = rng.normal(size=9).astype(np.float32)
+        cosines = {k: cosine(push, g) for k, g in labelled.items() if g is not None}
+        masses = {k: max(float(push[5 + k]), 0.0) for k in cosines}
+        assert lowest_label_score(push, stack, head) == pytest.approx(min(cosines.values()), abs=1e-12)
+        expected = min(c * masses[k] for k, c in cosines.items())
+        assert lowest_label_score(push, stack, head, mass=True) == pytest.approx(expected, abs=1e-12)
+    assert lowest_label_score(np.ones(4, np.float32), stack, head) is None  # another model's shape
+    assert lowest_label_score(push, stack, None) is None  # no softmax head
+    labelled.update({0: None, 2: None})
+    assert LabelGradients().stacked(Port(), version=1, classes=2) is None  # no label has a trusted sample

@@ -115,7 +115,9 @@ def main() -> None:
     args = parser.parse_args()
     runs = searched_runs()
     jobs = [(w, rule) for w in args.workloads for rule in args.rules.split(",")]
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (workload, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
             judged = judge(runs[workload])
             hit = time_to(output, judged["target"])

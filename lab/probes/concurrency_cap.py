@@ -79,7 +79,9 @@ def main() -> None:
         for v in args.variants.split(",")
     ]
     runs = searched_runs()
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (variant, factor, name), output in zip(jobs, pool.map(probe, jobs), strict=True):
             judged = judge(runs[name]) if name in runs else None
             hit = None if judged is None else time_to(output, judged["target"])

@@ -121,7 +121,9 @@ def main() -> None:
         for f in args.factors.split(",")
         for s in args.seeds.split(",")
     ]
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (name, rule, factor, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
             judged = judge(runs[name]) if name in runs else None
             hit = None if judged is None else time_to(output, judged["target"])

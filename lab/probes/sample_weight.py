@@ -61,7 +61,9 @@ def main() -> None:
         parser.error(f"not a workload a search has reported on: {unknown}")
     seeds = [int(s) for s in args.seeds.split(",")]
     configs = [(r, float(f)) for r in args.rules.split(",") for f in args.factors.split(",")]
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for name in args.workloads:
             jobs = [(name, r, f, s) for r, f in configs for s in seeds]
             outputs = dict(zip(jobs, pool.map(probe, jobs), strict=True))

@@ -94,7 +94,9 @@ def main() -> None:
         for r in args.rules.split(",")
     ]
     runs = searched_runs()
-    with ProcessPoolExecutor(args.workers) as pool:
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (workload, factor, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
             # the last search's runs judge it, if it ran this workload (a probe may go where it did not)
             judged = judge(runs[workload]) if workload in runs else {"target": None, "best": None}

@@ -284,11 +284,10 @@ class TrustedScore(StrategyWrapper):
         (``lowest_label_score``) is under −label_veto."""
         if self.label_veto is None or self.reference is None:
             return False
-        reference = self.reference
-        lowest = lowest_label_score(
-            arrival.gradient, lambda label: self.by_label.of(reference, version, label), reference.head(),
-            mass=self.label_veto_mass,
-        )  # fmt: skip
+        head = self.reference.head()
+        classes = 0 if head is None else head[1].stop - head[1].start
+        stack = self.by_label.stacked(self.reference, version, classes)
+        lowest = lowest_label_score(arrival.gradient, stack, head, mass=self.label_veto_mass)
         if lowest is None:
             return False
         standing = self.remembered(self.label_standing, arrival.device_id, lowest, self.label_veto_memory)
