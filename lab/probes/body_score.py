@@ -18,13 +18,18 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 
-def one(job: tuple[str, str, int, str, float, int | None]) -> dict[str, Any]:
+def one(job: tuple[str, str, int, str, float, int | None, str]) -> dict[str, Any]:
     import lab.experiments.robust as robust
     from lab.experiments.robust import Run, simulate
+    from lab.experiments.robust_suite import DEFENCES
 
-    defence, attack, seed, fleet, share, trusted = job
+    defence, attack, seed, fleet, share, trusted, change = job
     if trusted is not None:  # the server's trusted digits: how many (the experiment's TRUSTED_SAMPLES)
         robust.TRUSTED_SAMPLES = trusted
+    if change:  # the defence with some of its wrappers' settings changed, under a name of its own
+        changes, changed = json.loads(change), f"{defence}+{change}"
+        DEFENCES[changed] = tuple({**p, **changes.get(p["name"], {})} for p in DEFENCES[defence])
+        defence = changed
     out = simulate(Run(defence, None if attack == "clean" else attack, share, fleet, seed))
     pushes = out["pushes"]
     honest, dropped = pushes.get("honest", 0), pushes.get("honest_dropped", 0)
@@ -50,10 +55,18 @@ def main() -> None:
     parser.add_argument(
         "--trusted", default="", help="trusted digits, comma-separated (default: the experiment's)"
     )
+    parser.add_argument(
+        "--change",
+        action="append",
+        default=[],
+        help="a JSON change to each defence's wrappers, e.g. "
+        '\'{"trusted-score": {"label_veto_memory": 25}}\' (repeat for more arms; none: each as it is)',
+    )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     jobs = [
-        (d, a, int(s), args.fleet, args.share, int(t) if t else None)
+        (d, a, int(s), args.fleet, args.share, int(t) if t else None, c)
+        for c in args.change or [""]
         for t in args.trusted.split(",")
         for s in args.seeds.split(",")
         for a in args.attacks.split(",")
