@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from server.strategies.by_label import cosine
+from server.strategies import by_label
 
 DEFENCE = "fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25"
 
@@ -91,11 +91,9 @@ def label_cosines(check: Any, arrival: Any) -> dict[str, float]:
         return {}
     version = arrival.base_version + arrival.staleness
     claimed = set(np.flatnonzero(np.asarray(arrival.label_counts) > 0).tolist())
-    cosines = {
-        k: cosine(arrival.gradient, g)
-        for k in range(len(arrival.label_counts))
-        if (g := check.by_label.of(check.reference, version, k)) is not None
-    }
+    stack = check.by_label.stacked(check.reference, version, len(arrival.label_counts))
+    scores = None if stack is None else by_label.label_cosines(arrival.gradient, stack)
+    cosines = {} if scores is None else dict(zip(stack.labels.tolist(), scores.tolist(), strict=True))
     out = {"label_min": min(cosines.values())} if cosines else {}
     head = check.reference.head()
     if cosines and head is not None:  # the bias gradient there: the mass predicted on that label

@@ -87,16 +87,24 @@ class LabelGradients:
         return None if mixed is None else mixed / np.float32(weight)
 
 
+def label_cosines(gradient: np.ndarray, stack: LabelStack) -> np.ndarray | None:
+    """The push's cosine with each stacked label's g_s (a row of ``stack`` each; 0 where either is zero),
+    None when the push is not of the stack's shape."""
+    if stack.matrix.shape[1] != gradient.size:
+        return None
+    g = gradient.astype(np.float64).ravel()
+    norms = stack.norms * float(np.linalg.norm(g))
+    return np.divide(stack.matrix @ g, norms, out=np.zeros(len(norms)), where=norms > 0)
+
+
 def lowest_label_score(
     gradient: np.ndarray, stack: LabelStack | None, head: tuple[slice, slice] | None, *, mass: bool = False
 ) -> float | None:
     """The lowest over the labels of the push's cosine with that label's g_s (``stack``), with ``mass``
     times the push's bias gradient there when positive; None without a softmax head or any label's g_s."""
-    if head is None or stack is None or stack.matrix.shape[1] != gradient.size:
+    scores = None if head is None or stack is None else label_cosines(gradient, stack)
+    if scores is None:
         return None
-    g = gradient.astype(np.float64).ravel()
-    norms = stack.norms * float(np.linalg.norm(g))
-    scores = np.divide(stack.matrix @ g, norms, out=np.zeros(len(norms)), where=norms > 0)
     if mass:  # ∂b_k = mean p_k − freq_k: over 0, the model takes the batch for k more than it says
         scores *= np.maximum(gradient[head[1]].astype(np.float64)[stack.labels], 0.0)
     return float(scores.min())

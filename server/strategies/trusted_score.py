@@ -285,8 +285,9 @@ class TrustedScore(StrategyWrapper):
         if self.label_veto is None or self.reference is None:
             return False
         head = self.reference.head()
-        classes = 0 if head is None else head[1].stop - head[1].start
-        stack = self.by_label.stacked(self.reference, version, classes)
+        if head is None:  # no softmax output layer: no label's gradient to stand against
+            return False
+        stack = self.by_label.stacked(self.reference, version, head[1].stop - head[1].start)
         lowest = lowest_label_score(arrival.gradient, stack, head, mass=self.label_veto_mass)
         if lowest is None:
             return False
