@@ -1,0 +1,136 @@
+"""Issue 28's twelfth probe: can the devices' pushed losses set the default's rate, so that a workload that
+wants twice (or half) its model's rate gets it?
+
+The eleventh search's misses each wanted another multiple of the model's rate: labels2-cnn-iprof-even was
+fastest at ×2 (1.11× at ×1), dirichlet0.1-mlp-100dev-batch32-30x ended highest at ×4 (0.945 against 0.939),
+while dirichlet10-mlp-100dev-batch32-even fell to 0.70 at ×2. Two rules on the devices' loss, each wrapping
+the shipped default at its own rate and multiplying its step by m ∈ [0.25, 4]:
+
+* ``bold-U-D-W`` (the "bold driver", Battiti 1989): every W pushes, m ×= U if the loss average fell over
+  them, else m ×= D;
+* ``plateau-W-T``: start at m = 2; every W pushes, halve m (to ≥ 0.5) when the loss average fell by less
+  than T (a fraction) over them (ReduceLROnPlateau, on the server).
+
+``constant`` is the default itself, for the same seed. The loss average is an exponential one over W
+pushes. Judged against the eleventh search's runs of the same workload (docs/results/default-search.json):
+its target and best tuned time. Not an experiment (no results file): one JSON line per run.
+``python -m lab.probes.loss_rate labels2-cnn-iprof-even --rules constant,bold-1.1-0.5-50 --seeds 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from lab.probes.adaptive_step import searched_runs
+from server.strategies.base import Arrival, Strategy
+from server.strategies.wrappers import StrategyWrapper
+
+PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
+BOUNDS = (0.25, 4.0)
+
+
+class LossRate(StrategyWrapper):
+    """The inner strategy with its rate multiplied by ``multiplier``, which ``rule`` moves on the pushed
+    losses; ``trace`` keeps (pushes seen, multiplier) at each move."""
+
+    def __init__(self, inner: Strategy, rule: str) -> None:
+        super().__init__(inner)
+        kind, *values = rule.split("-")
+        self.kind, self.values = kind, [float(v) for v in values]
+        self.multiplier = 2.0 if kind == "plateau" else 1.0
+        self.window = int(self.values[-1] if kind == "bold" else self.values[0]) if kind != "constant" else 1
+        self.loss_average: float | None = None
+        self.last: float | None = None
+        self.seen = 0
+        self.trace: list[tuple[int, float]] = []
+
+    def receive(self, arrival: Arrival) -> float:
+        loss = math.nan if arrival.loss is None else float(arrival.loss)
+        if self.kind != "constant" and math.isfinite(loss):
+            self.seen += 1
+            alpha = 2.0 / (self.window + 1)
+            self.loss_average = (
+                loss if self.loss_average is None else (1 - alpha) * self.loss_average + alpha * loss
+            )
+            if self.seen % self.window == 0:
+                self._move(self.loss_average)
+        return self.inner.receive(arrival)
+
+    def _move(self, average: float) -> None:
+        last, self.last = self.last, average
+        if last is None:
+            return
+        if self.kind == "bold":
+            up, down = self.values[0], self.values[1]
+            self.multiplier *= up if average < last else down
+        elif self.kind == "plateau" and average > (1 - self.values[1]) * last:
+            self.multiplier = max(0.5, self.multiplier / 2)
+        self.multiplier = min(BOUNDS[1], max(BOUNDS[0], self.multiplier))
+        self.trace.append((self.seen, round(self.multiplier, 3)))
+
+    def aggregate(self, params: np.ndarray) -> np.ndarray:
+        rate = self.inner.learning_rate
+        self.inner.learning_rate = rate * self.multiplier
+        try:
+            return self.inner.aggregate(params)
+        finally:
+            self.inner.learning_rate = rate
+
+
+def probe(job: tuple[str, str, int]) -> dict[str, Any]:
+    import lab.experiments.default_search as search
+    from sim.workloads import workload
+
+    name, rule, seed = job
+    arm, rates = search.CANDIDATES[-1]  # the shipped default: the eleventh's choice
+    model = workload(name).model
+    built: list[LossRate] = []
+    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
+
+    def build(arm: str, lr: float) -> Strategy:
+        built.append(LossRate(plain(arm, lr), rule))
+        return built[-1]
+
+    search.build = build  # type: ignore[assignment]  # this worker process only
+    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
+    output = search.simulate(run)
+    output["trace"] = built[-1].trace
+    return output
+
+
+def main() -> None:
+    from lab.experiments.default_search import judge, time_to
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+")
+    parser.add_argument("--rules", default="constant,bold-1.1-0.5-50,plateau-100-0.02")
+    parser.add_argument("--seeds", default="2")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    runs = searched_runs()
+    seeds, rules = [int(s) for s in args.seeds.split(",")], args.rules.split(",")
+    jobs = [(w, r, s) for w in args.workloads for s in seeds for r in rules]
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
+        for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
+            judged = judge(runs[name]) if name in runs else None
+            target = judged["target"] if judged else None
+            hit = None if target is None else time_to(output, target)
+            trace = output["trace"]
+            print(json.dumps({
+                "workload": name, "rule": rule, "seed": seed, "final": output["final"], "target": target,
+                "best": judged and judged["best"],
+                "ratio": None if hit is None or not judged else round(hit / judged["best"]["time"], 2),
+                "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
