@@ -136,3 +136,22 @@ def test_the_plateau_probe_runs_each_arm_and_reports_recall_per_class():
 
     rows = probe("dirichlet0.5-logreg", 60, {"dynsgd-0.2": {"strategy": "dynsgd", "learning_rate": 0.2}})
     assert len(rows) == 1 and len(rows[0]["recall"]) == 10 and 0 <= rows[0]["final"] <= rows[0]["best"] <= 1
+
+
+def test_the_loss_rate_probe_moves_its_multiplier_on_the_loss_trend_within_bounds():
+    from lab.probes.loss_rate import BOUNDS, LossRate
+    from server.strategies import FedBuff
+
+    bold = LossRate(FedBuff(learning_rate=0.1, k=1), "bold-2-0.5-10")
+    for average in (1.0, 0.9, 0.8, 0.7, 0.6):  # falling: doubled each window, to the upper bound
+        bold._move(average)
+    assert bold.multiplier == BOUNDS[1]
+    bold._move(0.65)  # a rise halves it
+    assert bold.multiplier == BOUNDS[1] / 2
+    plateau = LossRate(FedBuff(learning_rate=0.1, k=1), "plateau-10-0.1")
+    plateau._move(1.0)
+    plateau._move(0.8)  # fell by 20%: kept at 2
+    assert plateau.multiplier == 2.0
+    for average in (0.79, 0.78, 0.77):  # less than 10%: halved, never under 0.5
+        plateau._move(average)
+    assert plateau.multiplier == 0.5
