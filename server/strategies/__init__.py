@@ -74,13 +74,15 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
 # them); FLTrust weighs a push by the device's standing against the trusted digits of its labels, the output
 # layer and the layers under it each scored (no gradient lengthened or weighing over its own); trusted-bound
 # clips each coordinate under the output layer to 4x its share of the trusted gradients (a backdoor's patch
-# feeds weights the trusted digits barely move, and learnt that slowly its attackers' rows keep disagreeing).
-# `fleet experiment robust` chose it on its tuning seed at 4x the horizon (2026-11-29); docs/results/robust.md
-# has what it holds and what it does not.
+# feeds weights the trusted digits barely move, and learnt that slowly its attackers' rows keep disagreeing);
+# and FLTrust's label veto gives weight 0 to a device whose pushes, over its last ~30, work against one
+# class's trusted digits (their lowest cosine with one label's trusted gradient under −0.5: label-flip's
+# pushes pass every other test, their claim being true). `fleet experiment robust --rerun` chose it on seeds
+# 1000 and 1004 at 4x the horizon (2026-11-30); docs/results/robust.md has what it holds and what it does not.
 RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
     {"name": "trusted-bound", "layers": "body"},
     {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
-     "by_labels": "device", "max_weight": 1.0, "parts": "each"},
+     "by_labels": "device", "max_weight": 1.0, "parts": "each", "label_veto": 0.5},
     {"name": "label-check", "threshold": 0.0, "memory": 30, "settled": -0.2, "residual": 0.1, "ramp": 0.3,
      "template_every": 20, "template_mix": "settling", "residual_quantile": 0.25},
 )  # fmt: skip
