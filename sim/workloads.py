@@ -193,6 +193,24 @@ SUITE: tuple[Workload, ...] = (
              speed_order="shuffled", data_seed=96, split_seed=96),
     Workload("labels4-logreg-100dev", "labels-4", devices=100, model="logreg", data_seed=97, split_seed=97,
              gradients=10000),
+    # the twelfth held-back half, drawn before any run on it once the eleventh had been reported
+    # (2026-11-30): `python -m sim.workload_draw 12 98` (sim/workload_draw.py, the eleventh's procedure)
+    Workload("labels1-mlp-100dev-batch32-even", "labels-1", devices=100, model="mlp", batch=32,
+             speed_spread=1.0, data_seed=98, split_seed=98, gradients=10000),
+    Workload("dirichlet0.5-cnn-batch32-30x", "dirichlet-0.5", batch=32, speed_spread=30.0, data_seed=99,
+             split_seed=99, gradients=6000),
+    Workload("dirichlet0.5-cnn-iprof-even", "dirichlet-0.5", batch=None, speed_spread=1.0, data_seed=100,
+             split_seed=100),
+    Workload("dirichlet0.1-logreg-30x-shuffled", "dirichlet-0.1", model="logreg", speed_spread=30.0,
+             speed_order="shuffled", data_seed=101, split_seed=101),
+    Workload("adjacent-mlp-batch32-30x-shuffled", "adjacent", model="mlp", batch=32, speed_spread=30.0,
+             speed_order="shuffled", data_seed=102, split_seed=102, gradients=6000),
+    Workload("labels2-mlp-100dev-iprof-30x", "labels-2", devices=100, model="mlp", batch=None,
+             speed_spread=30.0, data_seed=103, split_seed=103, gradients=10000),
+    Workload("adjacent-cnn-iprof-30x-shuffled", "adjacent", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=104, split_seed=104),
+    Workload("adjacent-logreg-100dev-iprof-30x", "adjacent", devices=100, model="logreg", batch=None,
+             speed_spread=30.0, data_seed=105, split_seed=105, gradients=10000),
 )
 # fmt: on
 

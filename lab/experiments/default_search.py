@@ -248,7 +248,9 @@ def simulate(run: Run) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchPlan(Plan):
-    # the eleventh chooses the CNN's rate on every CNN workload seen (CNN_SEEN), the two candidates alone
+    # the twelfth makes no choice (the twelfth probe, lab/probes/loss_rate.py, gave it no candidate to beat a
+    # constant rate): the eleventh's default is checked on a fresh held-back half (sim/workload_draw.py). The
+    # eleventh chose the CNN's rate on every CNN workload seen (CNN_SEEN), the two candidates alone
     # (the baselines would cost 3.5x the runs, and a target is then the better candidate's final less 1
     # point), and ranks them by the workloads failing the checks first (``rank``): the earlier rule,
     # time alone, kept 0.6 on its choice half (worst 1.13x against 1.19x) while 1.2 ended higher on 25 of 29
@@ -256,11 +258,11 @@ class SearchPlan(Plan):
     # run was read (docs/default-history.md). The tenth made no choice: the ninth's default, checked on a
     # fresh held-back half. The ninth chose on every seen I-Prof workload on two seeds (IPROF_CHOICE); the
     # eighth on the first 30 of the 45 seen then.
-    choice: tuple[str, ...] = CNN_SEEN
+    choice: tuple[str, ...] = ()
     held_back: tuple[str, ...] = HELD_BACK
     baselines: tuple[tuple[str, float], ...] = BASELINES
     choice_baselines: tuple[tuple[str, float], ...] | None = ()  # None: the baselines
-    candidates: tuple[tuple[str, Rates], ...] = (CANDIDATES[1], CANDIDATES[3])
+    candidates: tuple[tuple[str, Rates], ...] = (CANDIDATES[3],)  # the eleventh's: CANDIDATES[1] and [3]
     rate_factors: tuple[float, ...] = RATE_FACTORS
     cause: str = "adjacent-mlp"  # a choice workload where the old default plateaus
     gradients: int | None = None  # None: each workload's own length
