@@ -14,10 +14,7 @@ from __future__ import annotations
 import functools
 import random
 import sys
-from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from sim.workload import Workload
 
@@ -88,6 +85,5 @@ def entry(w: Workload) -> str:
 if __name__ == "__main__":  # pragma: no cover - `python -m sim.workload_draw SEED FIRST_DATA_SEED`
     from sim.workloads import SUITE
 
-    np.seterr(all="ignore")
     for w in draw(int(sys.argv[1]), int(sys.argv[2]), {w.name for w in SUITE}):
-        print(entry(replace(w)))
+        print(entry(w))
