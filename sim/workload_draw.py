@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import random
 import sys
-from typing import Any
 
+from sim.data import Dataset, load_mnist
 from sim.workload import Workload
 
 SPLITS = ("labels-1", "labels-2", "labels-4", "adjacent", "dirichlet-0.1", "dirichlet-0.5", "dirichlet-10")
@@ -39,8 +39,9 @@ def length(devices: int, batch: int | None) -> int:
 
 
 @functools.cache
-def _train(data_seed: int) -> Any:
-    return Workload("", "iid", data_seed=data_seed).data()[0]
+def _train(data_seed: int) -> Dataset:
+    """One shuffle's training digits, loaded once however often the draw tries a split of it."""
+    return load_mnist(seed=data_seed)[0]
 
 
 def splittable(w: Workload) -> bool:

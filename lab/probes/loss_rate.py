@@ -44,7 +44,8 @@ class LossRate(StrategyWrapper):
         kind, *values = rule.split("-")
         self.kind, self.values = kind, [float(v) for v in values]
         self.multiplier = 2.0 if kind == "plateau" else 1.0
-        self.window = int(self.values[-1] if kind == "bold" else self.values[0]) if kind != "constant" else 1
+        # the pushes between moves: bold-U-D-W's last value, plateau-W-T's first (constant never moves)
+        self.window = int({"bold": self.values[-1], "plateau": self.values[0]}.get(kind, 1))
         self.loss_average: float | None = None
         self.last: float | None = None
         self.seen = 0
@@ -75,12 +76,7 @@ class LossRate(StrategyWrapper):
         self.trace.append((self.seen, round(self.multiplier, 3)))
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
-        rate = self.inner.learning_rate
-        self.inner.learning_rate = rate * self.multiplier
-        try:
-            return self.inner.aggregate(params)
-        finally:
-            self.inner.learning_rate = rate
+        return self.aggregate_at(params, self.multiplier)
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
@@ -120,14 +116,13 @@ def main() -> None:
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[name]) if name in runs else None
-            target = judged["target"] if judged else None
-            hit = None if target is None else time_to(output, target)
+            judged = judge(runs[name]) if name in runs else {"target": None, "best": None}
+            hit = None if judged["target"] is None else time_to(output, judged["target"])
             trace = output["trace"]
             print(json.dumps({
-                "workload": name, "rule": rule, "seed": seed, "final": output["final"], "target": target,
-                "best": judged and judged["best"],
-                "ratio": None if hit is None or not judged else round(hit / judged["best"]["time"], 2),
+                "workload": name, "rule": rule, "seed": seed, "final": output["final"],
+                "target": judged["target"], "best": judged["best"],
+                "ratio": None if hit is None else round(hit / judged["best"]["time"], 2),
                 "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
             }), flush=True)  # fmt: skip
 

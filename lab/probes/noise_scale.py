@@ -62,12 +62,7 @@ class NoiseScale(StrategyWrapper):
         self.observe()
         if not self.gain:
             return self.inner.aggregate(params)
-        rate = self.inner.learning_rate
-        self.inner.learning_rate = rate * max(self.floor, self.gain * self.ratio())
-        try:
-            return self.inner.aggregate(params)
-        finally:
-            self.inner.learning_rate = rate
+        return self.aggregate_at(params, max(self.floor, self.gain * self.ratio()))
 
 
 def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:

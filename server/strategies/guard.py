@@ -76,12 +76,7 @@ class LossGuard(StrategyWrapper):
             self.halvings += 1
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
-        rate = self.inner.learning_rate
-        self.inner.learning_rate = rate * self.scale
-        try:
-            return self.inner.aggregate(params)
-        finally:
-            self.inner.learning_rate = rate
+        return self.aggregate_at(params, self.scale)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "rate_scale": self.scale, "halvings": self.halvings}

@@ -61,6 +61,16 @@ class StrategyWrapper(Strategy):
     def learning_rate(self, value: float) -> None:
         self.inner.learning_rate = value
 
+    def aggregate_at(self, params: np.ndarray, factor: float) -> np.ndarray:
+        """The inner strategy's update with its rate times ``factor`` for this update alone (warm-up, a
+        guard's halvings: the rate itself is left as set)."""
+        rate = self.inner.learning_rate
+        self.inner.learning_rate = rate * factor
+        try:
+            return self.inner.aggregate(params)
+        finally:
+            self.inner.learning_rate = rate
+
     @property
     def max_step(self) -> float | None:  # type: ignore[override]
         return self.inner.max_step
@@ -235,12 +245,7 @@ class WarmUp(StrategyWrapper):
         return self.inner.receive(arrival)
 
     def aggregate(self, params: np.ndarray) -> np.ndarray:
-        rate = self.inner.learning_rate
-        self.inner.learning_rate = rate * self.factor()
-        try:
-            return self.inner.aggregate(params)
-        finally:
-            self.inner.learning_rate = rate
+        return self.aggregate_at(params, self.factor())
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "warmup_factor": self.factor()}
