@@ -211,6 +211,25 @@ SUITE: tuple[Workload, ...] = (
              speed_order="shuffled", data_seed=104, split_seed=104),
     Workload("adjacent-logreg-100dev-iprof-30x", "adjacent", devices=100, model="logreg", batch=None,
              speed_spread=30.0, data_seed=105, split_seed=105, gradients=10000),
+    # the thirteenth held-back half, drawn before any run on it once the twelfth had been reported
+    # (2026-11-30): `python -m sim.workload_draw 13 106`
+    Workload("labels2-mlp-1000dev-shuffled", "labels-2", devices=1000, model="mlp", speed_order="shuffled",
+             data_seed=106, split_seed=106, gradients=8000),
+    Workload("labels1-cnn-batch32-30x", "labels-1", batch=32, speed_spread=30.0, data_seed=107,
+             split_seed=107, gradients=6000),
+    Workload("labels4-logreg-even", "labels-4", model="logreg", speed_spread=1.0, data_seed=108,
+             split_seed=108),
+    Workload("dirichlet10-logreg-100dev-batch32-shuffled", "dirichlet-10", devices=100, model="logreg",
+             batch=32, speed_order="shuffled", data_seed=109, split_seed=109, gradients=10000),
+    Workload("labels4-cnn-30x-shuffled", "labels-4", speed_spread=30.0, speed_order="shuffled", data_seed=110,
+             split_seed=110),
+    Workload("dirichlet0.5-mlp-100dev-batch32-30x-shuffled", "dirichlet-0.5", devices=100, model="mlp",
+             batch=32, speed_spread=30.0, speed_order="shuffled", data_seed=111, split_seed=111,
+             gradients=10000),
+    Workload("dirichlet0.5-cnn-30x-shuffled", "dirichlet-0.5", speed_spread=30.0, speed_order="shuffled",
+             data_seed=112, split_seed=112),
+    Workload("adjacent-mlp-1000dev-iprof-even", "adjacent", devices=1000, model="mlp", batch=None,
+             speed_spread=1.0, data_seed=113, split_seed=113, gradients=8000),
 )
 # fmt: on
 
