@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -155,3 +156,23 @@ def test_the_loss_rate_probe_moves_its_multiplier_on_the_loss_trend_within_bound
     for average in (0.79, 0.78, 0.77):  # less than 10%: halved, never under 0.5
         plateau._move(average)
     assert plateau.multiplier == 0.5
+
+
+def test_the_agreement_probe_sets_its_multiplier_once_from_the_buffers_agreement():
+    from lab.probes.agreement_rate import AgreementRate
+    from server.strategies import FedBuff
+    from server.strategies.base import Buffered
+
+    def run(gradients: list[np.ndarray], updates: int) -> AgreementRate:
+        rule = AgreementRate(FedBuff(learning_rate=0.1, k=2), reference=0.45, window=3, low=0.5, high=2.0)
+        params = np.zeros(2, dtype=np.float32)
+        for _ in range(updates):
+            rule.inner.buffer[:] = [Buffered(str(i), 1.0, g, 0.0) for i, g in enumerate(gradients)]
+            params = rule.aggregate(params)
+        return rule
+
+    assert run([np.ones(2, np.float32)] * 2, 2).multiplier == 1.0  # before the window: the rate as set
+    agreeing = run([np.ones(2, np.float32)] * 2, 5)
+    assert agreeing.multiplier == 0.5 and agreeing.set_at == (1.0, 0.5)  # ρ̂ 1: halved, the lower bound
+    opposed = run([np.array([1, 0.1], np.float32), np.array([-1, 0.1], np.float32)], 5)
+    assert opposed.multiplier == 2.0 and opposed.set_at[0] == 0.0  # ρ̂ 0: doubled, the upper bound
