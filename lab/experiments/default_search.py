@@ -248,8 +248,9 @@ def simulate(run: Run) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchPlan(Plan):
-    # the twelfth makes no choice (the twelfth probe, lab/probes/loss_rate.py, gave it no candidate to beat a
-    # constant rate): the eleventh's default is checked on a fresh held-back half (sim/workload_draw.py). The
+    # the twelfth and the thirteenth make no choice (their probes, lab/probes/loss_rate.py and
+    # agreement_rate.py, gave none a candidate to beat a constant rate): the eleventh's default is checked on
+    # a fresh held-back half each time (sim/workload_draw.py). The
     # eleventh chose the CNN's rate on every CNN workload seen (CNN_SEEN), the two candidates alone
     # (the baselines would cost 3.5x the runs, and a target is then the better candidate's final less 1
     # point), and ranks them by the workloads failing the checks first (``rank``): the earlier rule,
