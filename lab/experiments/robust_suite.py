@@ -163,6 +163,12 @@ DEFENCES: dict[str, tuple[dict[str, Any], ...]] = {
                 (f"lvm{v}", {"trusted-score": {"label_veto": v, "label_veto_mass": True}})
                 for v in (0.1, 0.15, 0.2)
             ),
+            # and the cosine veto with every weight times a gain: FLTrust's weights, capped at a device's own,
+            # average under 1, which is most of the defence's price on the plateau (sign-flip-head, every
+            # attacker push dropped and no honest one, ended 2.0 under the clean fleet on seeds 1-3 where a
+            # perfect filter is 1.1). On the tuning seeds 1000 and 1004 at 4x the horizon 1.25 lost no attack
+            # (worst 1.8 points), 1.5 let backdoor-inset6 reach 13% on 1000 (the nineteenth look)
+            *((f"lv0.5-g{g}", {"trusted-score": {"label_veto": 0.5, "gain": g}}) for g in (1.25, 1.5)),
         )
     },
     # the bound's own price on the plateau (the twelfth look): the ramp with no bound or a looser one
