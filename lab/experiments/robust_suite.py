@@ -274,6 +274,10 @@ CANDIDATES = (
 # predicted mass (-0.15) (the sixteenth look: label-flip drifted the recommended defence to 0.745-0.814 on 8
 # of 26 seeds the choice and the report never used; label-check's nearest test mended 2 of the first 4 and is
 # left out), with the undefended and Kardam, chosen at 4x the horizon (RERUN_PLAN's ``choice_fleet``) on seeds
-# 1000 and 1004 (``tune_seeds``: label-flip passed the recommended defence on 1004, not on 1000)
+# 1000 and 1004 (``tune_seeds``: label-flip passed the recommended defence on 1004, not on 1000). That rerun
+# (bca81f0, docs/results/robust.json) chose the cosine veto. The next: the cosine veto against the same with
+# FLTrust's weights times 1.25 (the nineteenth look: on the tuning seeds it lost no attack, the veto alone
+# backdoor-head on 1000; on seeds 1-3 at 12,000 pushes every median gap 1.62 or under, the veto alone's worst
+# 2.02); label-flip-duty30 has joined the attacks since that rerun
 RERUN = ("none", "kardam", *(f"fltrust-parts-check-body-bound-rows-ramp-templates-settling-q25{tag}"
-                             for tag in ("", "-lv0.5", "-lvm0.15")))  # fmt: skip
+                             for tag in ("-lv0.5", "-lv0.5-g1.25")))  # fmt: skip
