@@ -96,13 +96,39 @@ def probe(job: tuple[str, str]) -> dict[str, Any]:
     return output
 
 
-def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
-    """The last default search's runs (docs/results/default-search.json), by workload, then (arm, rate):
-    one output per seed, which ``judge`` takes together as the search did."""
+def grouped(results: dict[str, Any]) -> dict[str, dict[tuple[str, float], list[Any]]]:
+    """A default search's runs by workload, then (arm, rate): one output per seed, which ``judge`` takes
+    together as the search did."""
     runs: dict[str, dict[tuple[str, float], list[Any]]] = {}
-    for o in json.loads(RESULTS.read_text())["runs"]:
+    for o in results["runs"]:
         runs.setdefault(o["run"]["workload"], {}).setdefault((o["run"]["arm"], o["run"]["lr"]), []).append(o)
     return runs
+
+
+def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
+    """The last default search's runs (docs/results/default-search.json), ``grouped``."""
+    return grouped(json.loads(RESULTS.read_text()))
+
+
+def against_search(
+    runs: dict[str, dict[tuple[str, float], list[Any]]], name: str, output: Any
+) -> dict[str, Any]:
+    """A probe's run of workload ``name`` judged as the search that ran it judged its own: that search's
+    target, best final and best run, and the run's time to the target over the best run's (None: missed, or
+    no search in ``runs`` ran the workload)."""
+    from lab.experiments.default_search import judge, time_to
+
+    if name not in runs:
+        return {"target": None, "best_final": None, "best": None, "ratio": None}
+    judged = judge(runs[name])
+    hit = time_to(output, judged["target"])
+    ratio = None if hit is None else round(hit / judged["best"]["time"], 2)
+    return {
+        "target": judged["target"],
+        "best_final": judged["best_final"],
+        "best": judged["best"],
+        "ratio": ratio,
+    }
 
 
 def main() -> None:

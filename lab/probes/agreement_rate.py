@@ -24,10 +24,12 @@ import argparse
 import json
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lab.probes.adaptive_step import against_search, grouped
 from lab.probes.noise_scale import NoiseScale
 from server.strategies.base import Strategy
 
@@ -35,6 +37,7 @@ PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process fi
 # the searches whose results file holds a held-back half reported at the shipped rates' family (the eighth
 # to the twelfth), oldest first: a workload is judged by the last of them that ran it
 SEARCHES = ("b8049ec", "bdba53a", "9bf8594", "8b230ac", "b7b881f")
+ROOT = Path(__file__).resolve().parents[2]  # the checkout whose history holds them
 
 
 class AgreementRate(NoiseScale):
@@ -60,13 +63,8 @@ def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
     """Each workload's runs in the last of ``SEARCHES`` that ran it, by (arm, rate): one output per seed."""
     runs: dict[str, dict[tuple[str, float], list[Any]]] = {}
     for commit in SEARCHES:
-        text = subprocess.check_output(["git", "show", f"{commit}:docs/results/default-search.json"])
-        these: dict[str, dict[tuple[str, float], list[Any]]] = {}
-        for o in json.loads(text)["runs"]:
-            these.setdefault(o["run"]["workload"], {}).setdefault(
-                (o["run"]["arm"], o["run"]["lr"]), []
-            ).append(o)
-        runs.update(these)
+        show = ["git", "show", f"{commit}:docs/results/default-search.json"]
+        runs.update(grouped(json.loads(subprocess.check_output(show, cwd=ROOT))))
     return runs
 
 
@@ -99,8 +97,6 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from lab.experiments.default_search import judge, time_to
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--rules", default="constant,agree-0.45-100-0.5-2")
@@ -114,12 +110,9 @@ def main() -> None:
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[name]) if name in runs else {"target": None, "best": None, "best_final": None}
-            hit = None if judged["target"] is None else time_to(output, judged["target"])
             print(json.dumps({
                 "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-                "target": judged["target"], "best_final": judged.get("best_final"), "best": judged["best"],
-                "ratio": None if hit is None else round(hit / judged["best"]["time"], 2),
+                **against_search(runs, name, output),
                 "set_at": output["set_at"], "rho_at": output["rho_at"], "diverged": output["diverged"],
             }), flush=True)  # fmt: skip
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import searched_runs
+from lab.probes.adaptive_step import against_search, searched_runs
 from server.strategies.base import Arrival, Strategy
 from server.strategies.wrappers import StrategyWrapper
 
@@ -101,8 +101,6 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from lab.experiments.default_search import judge, time_to
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
     parser.add_argument("--rules", default="constant,bold-1.1-0.5-50,plateau-100-0.02")
@@ -116,13 +114,10 @@ def main() -> None:
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[name]) if name in runs else {"target": None, "best": None}
-            hit = None if judged["target"] is None else time_to(output, judged["target"])
             trace = output["trace"]
             print(json.dumps({
                 "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-                "target": judged["target"], "best": judged["best"],
-                "ratio": None if hit is None else round(hit / judged["best"]["time"], 2),
+                **against_search(runs, name, output),
                 "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
             }), flush=True)  # fmt: skip
 

@@ -96,8 +96,7 @@ def probe(job: tuple[str, str, float, int, bool]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from lab.experiments.default_search import judge, time_to
-    from lab.probes.adaptive_step import searched_runs
+    from lab.probes.adaptive_step import against_search, searched_runs
     from sim.workload_halves import SEEN
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -122,12 +121,9 @@ def main() -> None:
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (name, rule, factor, seed, _), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[name]) if name in runs else None
-            hit = None if judged is None else time_to(output, judged["target"])
             print(json.dumps({
                 "workload": name, "rule": rule, "factor": factor, "seed": seed, "final": output["final"],
-                "target": judged and judged["target"], "best": judged and judged["best"],
-                "ratio": None if hit is None or judged is None else round(hit / judged["best"]["time"], 2),
+                **against_search(runs, name, output),
                 "rho": output["ratio_quartiles"], "diverged": output["diverged"],
             }), flush=True)  # fmt: skip
 
