@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import random
 import sys
+from collections.abc import Set
 
 from sim.data import Dataset, load_mnist
 from sim.workload import Workload
@@ -52,8 +53,9 @@ def splittable(w: Workload) -> bool:
         return False
 
 
-def draw(seed: int, first_data_seed: int, taken: set[str]) -> list[Workload]:
-    """Eight workloads none of ``taken``, data and split seeds from ``first_data_seed`` on."""
+def draw(seed: int, first_data_seed: int, taken: Set[str]) -> list[Workload]:
+    """Eight workloads none of ``taken`` (left as it is), data and split seeds from ``first_data_seed`` on."""
+    taken = set(taken)  # the drawn names join it, so a draw never repeats itself; the caller's set is theirs
     rng = random.Random(seed)
     slots = ["mnist_cnn"] * 3 + ["mlp"] * 3 + ["logreg"] * 2
     rng.shuffle(slots)
