@@ -230,6 +230,24 @@ SUITE: tuple[Workload, ...] = (
              data_seed=112, split_seed=112),
     Workload("adjacent-mlp-1000dev-iprof-even", "adjacent", devices=1000, model="mlp", batch=None,
              speed_spread=1.0, data_seed=113, split_seed=113, gradients=8000),
+    # the fourteenth held-back half, drawn before any run on it once the thirteenth had been reported
+    # (2026-11-30): `python -m sim.workload_draw 14 114`
+    Workload("labels4-cnn-iprof-30x-shuffled", "labels-4", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=114, split_seed=114),
+    Workload("labels4-cnn-batch32-even", "labels-4", batch=32, speed_spread=1.0, data_seed=115,
+             split_seed=115, gradients=6000),
+    Workload("dirichlet10-mlp-100dev-shuffled", "dirichlet-10", devices=100, model="mlp",
+             speed_order="shuffled", data_seed=116, split_seed=116, gradients=10000),
+    Workload("labels4-logreg-100dev-batch32-30x", "labels-4", devices=100, model="logreg", batch=32,
+             speed_spread=30.0, data_seed=117, split_seed=117, gradients=10000),
+    Workload("labels2-logreg-100dev-iprof", "labels-2", devices=100, model="logreg", batch=None,
+             data_seed=118, split_seed=118, gradients=10000),
+    Workload("dirichlet0.5-mlp-30x-shuffled", "dirichlet-0.5", model="mlp", speed_spread=30.0,
+             speed_order="shuffled", data_seed=119, split_seed=119),
+    Workload("labels1-mlp-100dev-shuffled", "labels-1", devices=100, model="mlp", speed_order="shuffled",
+             data_seed=120, split_seed=120, gradients=10000),
+    Workload("adjacent-cnn-iprof-30x", "adjacent", batch=None, speed_spread=30.0, data_seed=121,
+             split_seed=121),
 )
 # fmt: on
 
