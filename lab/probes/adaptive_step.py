@@ -132,7 +132,7 @@ def against_search(
 
 
 def main() -> None:
-    from lab.experiments.default_search import judge, time_to
+    from lab.experiments.default_search import judge
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="+")
@@ -145,12 +145,10 @@ def main() -> None:
 
     with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
         for (workload, rule), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            judged = judge(runs[workload])
-            hit = time_to(output, judged["target"])
+            default = judge(runs[workload])["runs"][f"{DEFAULT[0]}@{DEFAULT[1]}"]["ratio"]
             print(json.dumps({
-                "workload": workload, "rule": rule, "final": output["final"], "target": judged["target"],
-                "best": judged["best"], "default": judged["runs"][f"{DEFAULT[0]}@{DEFAULT[1]}"]["ratio"],
-                "ratio": None if hit is None else round(hit / judged["best"]["time"], 2),
+                "workload": workload, "rule": rule, "final": output["final"],
+                **against_search(runs, workload, output), "default": default,
                 "cosine_quartiles": output["cosine_quartiles"],
             }), flush=True)  # fmt: skip
 
