@@ -248,6 +248,24 @@ SUITE: tuple[Workload, ...] = (
              data_seed=120, split_seed=120, gradients=10000),
     Workload("adjacent-cnn-iprof-30x", "adjacent", batch=None, speed_spread=30.0, data_seed=121,
              split_seed=121),
+    # the fifteenth held-back half, drawn before any run on it once the fourteenth had been reported
+    # (2026-11-30): `python -m sim.workload_draw 15 122`
+    Workload("labels1-logreg-iprof-30x-shuffled", "labels-1", model="logreg", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=122, split_seed=122),
+    Workload("labels2-cnn-even", "labels-2", speed_spread=1.0, data_seed=123, split_seed=123),
+    Workload("dirichlet0.5-mlp-100dev-batch32-even", "dirichlet-0.5", devices=100, model="mlp", batch=32,
+             speed_spread=1.0, data_seed=124, split_seed=124, gradients=10000),
+    Workload("labels4-cnn-batch32-shuffled", "labels-4", batch=32, speed_order="shuffled", data_seed=125,
+             split_seed=125, gradients=6000),
+    Workload("dirichlet10-logreg-batch32-even", "dirichlet-10", model="logreg", batch=32, speed_spread=1.0,
+             data_seed=126, split_seed=126, gradients=6000),
+    Workload("dirichlet0.5-mlp-100dev-iprof-shuffled", "dirichlet-0.5", devices=100, model="mlp", batch=None,
+             speed_order="shuffled", data_seed=127, split_seed=127, gradients=10000),
+    Workload("dirichlet10-cnn-batch32-shuffled", "dirichlet-10", batch=32, speed_order="shuffled",
+             data_seed=128, split_seed=128, gradients=6000),
+    Workload("dirichlet0.1-mlp-100dev-batch32-30x-shuffled", "dirichlet-0.1", devices=100, model="mlp",
+             batch=32, speed_spread=30.0, speed_order="shuffled", data_seed=129, split_seed=129,
+             gradients=10000),
 )
 # fmt: on
 
