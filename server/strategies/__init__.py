@@ -77,12 +77,14 @@ WRAPPERS: dict[str, type[StrategyWrapper]] = {
 # feeds weights the trusted digits barely move, and learnt that slowly its attackers' rows keep disagreeing);
 # and FLTrust's label veto gives weight 0 to a device whose pushes, over its last ~30, work against one
 # class's trusted digits (their lowest cosine with one label's trusted gradient under −0.5: label-flip's
-# pushes pass every other test, their claim being true). `fleet experiment robust --rerun` chose it on seeds
-# 1000 and 1004 at 4x the horizon (2026-11-30); docs/results/robust.md has what it holds and what it does not.
+# pushes pass every other test, their claim being true); FLTrust's weights times 1.25 (capped at a device's
+# own, they average under 1 on a clean fleet and shrink every step). `fleet experiment robust --rerun` chose
+# it on seeds 1000 and 1004 at 4x the horizon (2026-11-30, at b02e46f); docs/results/robust.md has what it
+# holds and what it does not.
 RECOMMENDED_DEFENCE: tuple[dict[str, Any], ...] = (
     {"name": "trusted-bound", "layers": "body"},
     {"name": "trusted-score", "test": "fltrust", "scale": "fleet-down", "device_memory": 10,
-     "by_labels": "device", "max_weight": 1.0, "parts": "each", "label_veto": 0.5},
+     "by_labels": "device", "max_weight": 1.0, "parts": "each", "label_veto": 0.5, "gain": 1.25},
     {"name": "label-check", "threshold": 0.0, "memory": 30, "settled": -0.2, "residual": 0.1, "ramp": 0.3,
      "template_every": 20, "template_mix": "settling", "residual_quantile": 0.25},
 )  # fmt: skip
