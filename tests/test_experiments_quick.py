@@ -128,7 +128,7 @@ def test_default_search_quick_chooses_on_one_half_and_reports_on_the_other(tmp_p
         assert h["target"] == pytest.approx(h["best_final"] - 0.01, abs=1e-4)
         # every configuration counts, a miss included, judged on the mean of its seeds (others than the
         # choice half's, and more of them)
-        mine = [r for r in runs if r["run"]["workload"] == wl]
+        mine = [r for r in runs if r["run"]["workload"] == wl and r["run"]["seed"] in s["seeds"]["held_back"]]
         assert {r["run"]["seed"] for r in mine} == set(s["seeds"]["held_back"]) != set(s["seeds"]["choice"])
         by_config: dict[tuple, list[float]] = {}
         for r in mine:
@@ -138,8 +138,18 @@ def test_default_search_quick_chooses_on_one_half_and_reports_on_the_other(tmp_p
         assert {float(f) for f in h["rate_curve"]} == {1.0, 4.0}
         # and against a configuration tuned on the other seed, for each seed
         assert len(h["cross_seed"]["folds"]) == len(s["seeds"]["held_back"])
+        # and the default with the configurations tuned on those seeds, run again on seeds none was judged on
+        again = [r for r in runs if r["run"]["workload"] == wl and r["run"]["seed"] in s["seeds"]["fresh"]]
+        assert set(s["seeds"]["fresh"]).isdisjoint(s["seeds"]["held_back"]) and again
+        default = f"{s['default']}@{s['default_rate']}"
+        tuned = {h["fresh_seeds"]["tuned"], h["fresh_seeds"]["highest"], default}
+        assert {f"{r['run']['arm']}@{r['run']['lr']}" for r in again} == tuned
+        mine_again = [r["final"] for r in again if f"{r['run']['arm']}@{r['run']['lr']}" == default]
+        assert h["fresh_seeds"]["default"]["final"] == pytest.approx(np.mean(mine_again), abs=1e-4)
     checks = {"reaches_target", "within_1.1x", "final_within_0.5", "no_divergence_x0.25_to_x4"}
-    assert set(s["passed"]) == checks | {"within_1.1x_tuned_elsewhere", "final_within_0.5_tuned_elsewhere"}
+    elsewhere = {"within_1.1x_tuned_elsewhere", "final_within_0.5_tuned_elsewhere"}
+    fresh = {"reaches_target_fresh_seeds", "within_1.1x_fresh_seeds", "final_within_0.5_fresh_seeds"}
+    assert set(s["passed"]) == checks | elsewhere | fresh
     assert s["shipped"]["strategy"] == Settings(_env_file=None).strategy.name
     text = (tmp_path / "default-search-quick.md").read_text()
     assert "Held-back workloads" in text and "Choice half" in text

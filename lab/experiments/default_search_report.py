@@ -19,6 +19,10 @@ CHECK_NAMES = {
     "no_divergence_x0.25_to_x4": "no divergence from ×0.25 to ×4",
     "within_1.1x_tuned_elsewhere": "≤ 1.1× a configuration tuned on the other seeds (mean over the seeds)",
     "final_within_0.5_tuned_elsewhere": "final within 0.5 points of one tuned on the other seeds (mean)",
+    "reaches_target_fresh_seeds": "reaches the target on fresh seeds",
+    "within_1.1x_fresh_seeds": "≤ 1.1× the fastest tuned configuration, both on fresh seeds",
+    "final_within_0.5_fresh_seeds": "final within 0.5 points of the highest-ending tuned configuration, both "
+    "on fresh seeds",
 }
 
 
@@ -94,6 +98,38 @@ def _cross_seed(held: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reached(run: dict[str, Any]) -> str:
+    return f"{run['time']:.1f}" if run["reached"] else "missed"
+
+
+def _fresh_seeds(held: dict[str, Any], seeds: list[int]) -> list[str]:
+    """Each workload's default and the configurations tuned on the reported seeds, run again on fresh ones."""
+    if not any("fresh_seeds" in h for h in held.values()):
+        return []
+    lines = [
+        "",
+        f"Leaving one seed out at a time judges on a single run. Below, the configurations tuned on the "
+        f"reported seeds (the fastest to the target, and the one ending highest) and the default are all run "
+        f"again on seeds {', '.join(map(str, seeds))}, which no configuration was judged on; the target is "
+        "the reported seeds' (median times, mean finals, a target missed by most seeds counted as missed):",
+        "",
+        "| workload | fastest tuned (γ) | its s | default s | ratio | highest-ending tuned | its final "
+        "| default final | gap (points) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for wl, h in held.items():
+        f = h.get("fresh_seeds")
+        if f is None:
+            continue
+        high = f["default"]["final"] + f["final_gap"]
+        ratio = "—" if f["ratio"] is None else f"{f['ratio']:.2f}×"
+        lines.append(
+            f"| {wl} | {f['tuned']} | {_reached(f['fastest'])} | {_reached(f['default'])} | {ratio} "
+            f"| {f['highest']} | {high:.3f} | {f['default']['final']:.3f} | {100 * f['final_gap']:.1f} |"
+        )
+    return lines
+
+
 def markdown(summary: dict[str, Any], name: str) -> str:
     default, rate = summary["default"], rates_text(summary["default_rate"], summary.get("default_max_step"))
     held = summary["held_back"]
@@ -136,6 +172,7 @@ def markdown(summary: dict[str, Any], name: str) -> str:
             f"| {_ratio(own)} | {h['best_final']:.3f} | {own['final']:.3f}{_seed_finals(own)} | {curve} |"
         )
     lines += _cross_seed(held)
+    lines += _fresh_seeds(held, summary.get("seeds", {}).get("fresh", []))
     lines += ["", "Checks on the held-back half (workloads passing, of " + str(len(held)) + "):", ""]
     lines += [f"- {CHECK_NAMES[c]}: {passed[c]}" for c in CHECK_NAMES if c in passed]
     dead = {wl: collapses(h) for wl, h in held.items()}
