@@ -1,0 +1,76 @@
+"""Issue 28: the earlier held-back halves judged as the default search judges from the fifteenth on.
+
+Each search judged the default on a held-back half against the best of ten configurations on the very
+seeds reported (2-4), and against one tuned on two of them and timed on the third. From the fifteenth on it
+also runs the configurations tuned on seeds 2-4 (the fastest, the highest-ending) and the default again on
+fresh seeds (``FRESH_SEEDS``) and judges them by the reported target (``fresh_seeds`` in
+default_search_judge.py). This applies that to the halves the current default was reported on (the
+eleventh to the fourteenth), from their results files in the history. Not an experiment (no results
+file): one JSON line per workload. ``python -m lab.probes.fresh_seeds 8b230ac b7b881f``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout whose history holds the results files
+# the searches that reported the current default (the eleventh's) on a held-back half
+SEARCHES = ("8b230ac", "b7b881f", "bec1c0c", "73bcf41")
+
+
+def simulate(job: tuple[str, float, str, int]) -> dict[str, Any]:
+    from lab.experiments.default_search import Run
+    from lab.experiments.default_search import simulate as run
+
+    arm, lr, workload, seed = job
+    return run(Run(arm, lr, workload, seed))
+
+
+def main() -> None:
+    from lab.experiments.default_search import CANDIDATES, FRESH_SEEDS, arm_for, rate_for
+    from lab.experiments.default_search_judge import MAX_GAP, MAX_RATIO, fresh_seeds, tuned
+    from lab.experiments.protocol import one_blas_thread
+    from sim.workloads import workload
+
+    arm, rates = CANDIDATES[3]  # the shipped default: the eleventh's choice
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("searches", nargs="*", default=SEARCHES)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    for commit in args.searches:
+        show = ["git", "show", f"{commit}:docs/results/default-search.json"]
+        summary = json.loads(subprocess.check_output(show, cwd=ROOT))["summary"]
+        for name, held in summary["held_back"].items():
+            judged = summary["judged"][name]
+            model = workload(name).model
+            default = (arm_for(arm, rates, model), round(rate_for(rates, model), 6))
+            if judged["runs"].get("{}@{}".format(*default)) != held["default"]:
+                raise SystemExit(f"{commit} did not report the shipped default on {name}")
+            configs = list(dict.fromkeys([default, *tuned(judged)]))
+            jobs = [(a, lr, name, seed) for a, lr in configs for seed in FRESH_SEEDS]
+            with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
+                done = list(pool.map(simulate, jobs))
+            outputs: dict[tuple[str, float], list[Any]] = {}
+            for (a, lr, _, _), output in zip(jobs, done, strict=True):
+                outputs.setdefault((a, lr), []).append(output)
+            again = fresh_seeds(judged, outputs, default)
+            print(json.dumps({
+                "search": commit, "workload": name, "default": f"{default[0]}@{default[1]}",
+                "tuned": again["tuned"], "highest": again["highest"], "ratio": again["ratio"],
+                "final_gap": round(again["final_gap"], 4), "default_fresh": again["default"],
+                "fastest_fresh": again["fastest"],
+                "within_1.1x": again["ratio"] is not None and again["ratio"] <= MAX_RATIO,
+                "final_within_0.5": again["final_gap"] <= MAX_GAP,
+                "reported_ratio": held["default"]["ratio"],
+                "reported_gap": round(held["best_final"] - held["default"]["final"], 4),
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
