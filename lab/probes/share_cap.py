@@ -1,0 +1,77 @@
+"""Issue 28's seventeenth probe: how far should equal shares go?
+
+On the fourteenth held-back half plain FedBuff at 0.4 reached labels4-logreg-100dev-batch32-30x's target
+1.6-1.8x sooner than the default (seeds 2-4 and fresh seeds 6-8 alike). Taking the default apart there on
+seeds 6-8 (its time to 0.884: 5.9 / 5.9 / 6.9 s), only dropping its equal shares closed the gap (3.2 / 3.2 /
+3.8 s, FedBuff's own 3.2 s): without warm-up 6.4 / 4.3 / 4.3, without the clip 5.9 / 4.3 / 6.9, without the
+concurrency scale (at a quarter of the rate) 4.8 / 6.9 / 5.3. With 100 devices at a 30x speed spread most
+devices arrive once or never in the share's window of 200 arrivals, so their weight sits at the cap (4)
+and the fast ones' at 1/4: the buffer's effective number of gradients falls, its noise rises. Equal shares
+were the first search's fix for the old default's plateau when the slowest devices held their own digits.
+Rules, each the shipped default at the model's rate with the share's bound:
+
+* ``cap-C``: each weight bounded to [1/C, C] (the default: 4; 1: no equal shares).
+
+Judged against the search that reported each workload (its target and best tuned time). Not an experiment
+(no results file): one JSON line per run. ``python -m lab.probes.share_cap adjacent-mlp --rules
+cap-4,cap-2,cap-1 --seeds 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from lab.probes.adaptive_step import against_search
+from lab.probes.agreement_rate import searched_runs
+from server.strategies.base import Strategy
+
+PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
+
+
+def probe(job: tuple[str, str, int]) -> dict[str, Any]:
+    import lab.experiments.default_search as search
+    from server.strategies.fairness import EqualShare
+    from sim.workloads import workload
+
+    name, rule, seed = job
+    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
+    model = workload(name).model
+    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
+    cap = float(rule.removeprefix("cap-"))
+
+    def build(arm: str, lr: float) -> Strategy:
+        strategy = plain(arm, lr)
+        assert isinstance(strategy, EqualShare)  # the default is one (FedBuffEqual)
+        strategy.cap = cap
+        return strategy
+
+    search.build = build  # type: ignore[assignment]  # this worker process only
+    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
+    return search.simulate(run)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="+")
+    parser.add_argument("--rules", default="cap-4,cap-2,cap-1")
+    parser.add_argument("--seeds", default="2")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    runs = searched_runs()
+    seeds, rules = [int(s) for s in args.seeds.split(",")], args.rules.split(",")
+    jobs = [(w, r, s) for w in args.workloads for s in seeds for r in rules]
+    from lab.experiments.protocol import one_blas_thread
+
+    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
+        for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
+            print(json.dumps({
+                "workload": name, "rule": rule, "seed": seed, "final": output["final"],
+                **against_search(runs, name, output), "diverged": output["diverged"],
+            }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
