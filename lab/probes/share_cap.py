@@ -10,7 +10,9 @@ and the fast ones' at 1/4: the buffer's effective number of gradients falls, its
 were the first search's fix for the old default's plateau when the slowest devices held their own digits.
 Rules, each the shipped default at the model's rate with the share's bound:
 
-* ``cap-C``: each weight bounded to [1/C, C] (the default: 4; 1: no equal shares).
+* ``cap-C``: each weight bounded to [1/C, C] (the default: 4; 1: no equal shares);
+* ``window-W``: each device's arrivals counted over the last W instead of 200 (at 100 devices a window of
+  200 sees most of them once or never, so their weights are mostly the bound's).
 
 Judged against the search that reported each workload (its target and best tuned time). Not an experiment
 (no results file): one JSON line per run. ``python -m lab.probes.share_cap adjacent-mlp --rules
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -40,12 +43,15 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
     model = workload(name).model
     plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
-    cap = float(rule.removeprefix("cap-"))
+    kind, value = rule.split("-")
 
     def build(arm: str, lr: float) -> Strategy:
         strategy = plain(arm, lr)
         assert isinstance(strategy, EqualShare)  # the default is one (FedBuffEqual)
-        strategy.cap = cap
+        if kind == "cap":
+            strategy.cap = float(value)
+        else:
+            strategy.window, strategy.recent = int(value), deque(maxlen=int(value))
         return strategy
 
     search.build = build  # type: ignore[assignment]  # this worker process only
