@@ -12,7 +12,9 @@ Rules, each the shipped default at the model's rate with the share's bound:
 
 * ``cap-C``: each weight bounded to [1/C, C] (the default: 4; 1: no equal shares);
 * ``window-W``: each device's arrivals counted over the last W instead of 200 (at 100 devices a window of
-  200 sees most of them once or never, so their weights are mostly the bound's).
+  200 sees most of them once or never, so their weights are mostly the bound's);
+* ``shrink-K``: K pseudo-arrivals added to every device's count and to the mean, (m + K)/(n + K) for m / n,
+  so a weight read from few arrivals stays near 1 and one read from many is as before.
 
 Judged against the search that reported each workload (its target and best tuned time). Not an experiment
 (no results file): one JSON line per run. ``python -m lab.probes.share_cap adjacent-mlp --rules
@@ -25,6 +27,7 @@ import argparse
 import json
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from typing import Any
 
 from lab.probes.adaptive_step import against_search
@@ -32,6 +35,13 @@ from lab.probes.agreement_rate import searched_runs
 from server.strategies.base import Strategy
 
 PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
+
+
+def shrunk_share(share: Any, pseudo: float, device_id: str) -> float:
+    """EqualShare.share with ``pseudo`` arrivals added to the device's count and to the mean count."""
+    mean = len(share.recent) / max(1, len(share.counts))
+    weight = (mean + pseudo) / (share.counts.get(device_id, 0) + pseudo)
+    return min(share.cap, max(1.0 / share.cap, weight))
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
@@ -50,8 +60,10 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
         assert isinstance(strategy, EqualShare)  # the default is one (FedBuffEqual)
         if kind == "cap":
             strategy.cap = float(value)
-        else:
+        elif kind == "window":
             strategy.window, strategy.recent = int(value), deque(maxlen=int(value))
+        else:
+            strategy.share = partial(shrunk_share, strategy, float(value))  # type: ignore[method-assign]
         return strategy
 
     search.build = build  # type: ignore[assignment]  # this worker process only
