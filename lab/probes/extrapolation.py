@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from lab.probes.adaptive_step import against_search
 from lab.probes.agreement_rate import searched_runs
+from lab.probes.rule_jobs import each_run
 from server.strategies.base import Strategy
 from server.strategies.wrappers import StrategyWrapper
 
@@ -104,15 +104,12 @@ def main() -> None:
         for x in args.scales.split(",")
         for r in args.rules.split(",")
     ]
-    from lab.experiments.protocol import one_blas_thread
-
-    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
-        for (name, rule, scale, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            print(json.dumps({
-                "workload": name, "rule": rule, "scale": scale, "seed": seed, "final": output["final"],
-                **against_search(runs, name, output),
-                "factor": output["factor_quartiles"], "diverged": output["diverged"],
-            }), flush=True)  # fmt: skip
+    for (name, rule, scale, seed), output in each_run(probe, jobs, args.workers):
+        print(json.dumps({
+            "workload": name, "rule": rule, "scale": scale, "seed": seed, "final": output["final"],
+            **against_search(runs, name, output),
+            "factor": output["factor_quartiles"], "diverged": output["diverged"],
+        }), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

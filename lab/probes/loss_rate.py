@@ -19,15 +19,14 @@ its target and best tuned time. Not an experiment (no results file): one JSON li
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from lab.probes.adaptive_step import against_search, searched_runs
+from lab.probes.rule_jobs import each_run, rule_jobs
 from server.strategies.base import Arrival, Strategy
 from server.strategies.wrappers import StrategyWrapper
 
@@ -101,25 +100,15 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workloads", nargs="+")
-    parser.add_argument("--rules", default="constant,bold-1.1-0.5-50,plateau-100-0.02")
-    parser.add_argument("--seeds", default="2")
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    args, jobs = rule_jobs(__doc__ or "", "constant,bold-1.1-0.5-50,plateau-100-0.02")
     runs = searched_runs()
-    seeds, rules = [int(s) for s in args.seeds.split(",")], args.rules.split(",")
-    jobs = [(w, r, s) for w in args.workloads for s in seeds for r in rules]
-    from lab.experiments.protocol import one_blas_thread
-
-    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
-        for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            trace = output["trace"]
-            print(json.dumps({
-                "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-                **against_search(runs, name, output),
-                "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
-            }), flush=True)  # fmt: skip
+    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
+        trace = output["trace"]
+        print(json.dumps({
+            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
+            **against_search(runs, name, output),
+            "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
+        }), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

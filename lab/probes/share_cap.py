@@ -23,15 +23,14 @@ cap-4,cap-2,cap-1 --seeds 2``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any
 
 from lab.probes.adaptive_step import against_search
 from lab.probes.agreement_rate import searched_runs
+from lab.probes.rule_jobs import each_run, rule_jobs
 from server.strategies.base import Strategy
 
 PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
@@ -72,23 +71,13 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workloads", nargs="+")
-    parser.add_argument("--rules", default="cap-4,cap-2,cap-1")
-    parser.add_argument("--seeds", default="2")
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+    args, jobs = rule_jobs(__doc__ or "", "cap-4,cap-2,cap-1")
     runs = searched_runs()
-    seeds, rules = [int(s) for s in args.seeds.split(",")], args.rules.split(",")
-    jobs = [(w, r, s) for w in args.workloads for s in seeds for r in rules]
-    from lab.experiments.protocol import one_blas_thread
-
-    with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
-        for (name, rule, seed), output in zip(jobs, pool.map(probe, jobs), strict=True):
-            print(json.dumps({
-                "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-                **against_search(runs, name, output), "diverged": output["diverged"],
-            }), flush=True)  # fmt: skip
+    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
+        print(json.dumps({
+            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
+            **against_search(runs, name, output), "diverged": output["diverged"],
+        }), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
