@@ -108,8 +108,8 @@ def _fresh_seeds(held: dict[str, Any], seeds: list[int]) -> list[str]:
         return []
     lines = [
         "",
-        f"Leaving one seed out at a time judges on a single run. Below, the configurations tuned on the "
-        f"reported seeds (the fastest to the target, and the one ending highest) and the default are all run "
+        "Leaving one seed out at a time judges on a single run. Below, the configurations tuned on the "
+        "reported seeds (the fastest to the target, and the one ending highest) and the default are all run "
         f"again on seeds {', '.join(map(str, seeds))}, which no configuration was judged on; the target is "
         "the reported seeds' (median times, mean finals, a target missed by most seeds counted as missed):",
         "",
