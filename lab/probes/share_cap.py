@@ -5,14 +5,14 @@ On the fourteenth held-back half plain FedBuff at 0.4 reached labels4-logreg-100
 seeds 6-8 (its time to 0.884: 5.9 / 5.9 / 6.9 s), only dropping its equal shares closed the gap (3.2 / 3.2 /
 3.8 s, FedBuff's own 3.2 s): without warm-up 6.4 / 4.3 / 4.3, without the clip 5.9 / 4.3 / 6.9, without the
 concurrency scale (at a quarter of the rate) 4.8 / 6.9 / 5.3. With 100 devices at a 30x speed spread most
-devices arrive once or never in the share's window of 200 arrivals, so their weight sits at the cap (4)
-and the fast ones' at 1/4: the buffer's effective number of gradients falls, its noise rises. Equal shares
+devices arrive once or twice in the share's window of 200 arrivals, so a weight (the mean count over the
+device's own) swings with one arrival more or less: the buffer's noise rises. Equal shares
 were the first search's fix for the old default's plateau when the slowest devices held their own digits.
 Rules, each the shipped default at the model's rate with the share's bound:
 
 * ``cap-C``: each weight bounded to [1/C, C] (the default: 4; 1: no equal shares);
 * ``window-W``: each device's arrivals counted over the last W instead of 200 (at 100 devices a window of
-  200 sees most of them once or never, so their weights are mostly the bound's);
+  200 sees most of them once or twice, so their weights are read from one or two arrivals);
 * ``shrink-K``: K pseudo-arrivals added to every device's count and to the mean, (m + K)/(n + K) for m / n,
   so a weight read from few arrivals stays near 1 and one read from many is as before.
 
