@@ -266,6 +266,24 @@ SUITE: tuple[Workload, ...] = (
     Workload("dirichlet0.1-mlp-100dev-batch32-30x-shuffled", "dirichlet-0.1", devices=100, model="mlp",
              batch=32, speed_spread=30.0, speed_order="shuffled", data_seed=129, split_seed=129,
              gradients=10000),
+    # the sixteenth held-back half, drawn before any run on it once the fifteenth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 16 130`
+    Workload("labels1-mlp-1000dev-batch32-30x-shuffled", "labels-1", devices=1000, model="mlp", batch=32,
+             speed_spread=30.0, speed_order="shuffled", data_seed=130, split_seed=130, gradients=8000),
+    Workload("labels2-cnn-iprof-shuffled", "labels-2", batch=None, speed_order="shuffled", data_seed=131,
+             split_seed=131),
+    Workload("labels4-cnn-batch32-30x-shuffled", "labels-4", batch=32, speed_spread=30.0,
+             speed_order="shuffled", data_seed=132, split_seed=132, gradients=6000),
+    Workload("labels1-logreg-100dev", "labels-1", devices=100, model="logreg", data_seed=133, split_seed=133,
+             gradients=10000),
+    Workload("dirichlet10-cnn-iprof-even", "dirichlet-10", batch=None, speed_spread=1.0, data_seed=134,
+             split_seed=134),
+    Workload("adjacent-logreg-100dev-iprof-shuffled", "adjacent", devices=100, model="logreg", batch=None,
+             speed_order="shuffled", data_seed=135, split_seed=135, gradients=10000),
+    Workload("labels4-mlp-100dev-batch32-shuffled", "labels-4", devices=100, model="mlp", batch=32,
+             speed_order="shuffled", data_seed=136, split_seed=136, gradients=10000),
+    Workload("adjacent-mlp-1000dev-batch32-30x", "adjacent", devices=1000, model="mlp", batch=32,
+             speed_spread=30.0, data_seed=137, split_seed=137, gradients=8000),
 )
 # fmt: on
 
