@@ -318,15 +318,10 @@ def default_table(results: Path) -> str:
         ratio = f"{own['ratio']:.2f}x" if own["ratio"] is not None else "—"
         cross = h.get("cross_seed")
         fair = "—" if cross is None else f"{cross['ratio']:.2f}x, {100 * cross['final_gap']:.1f}"
-        again = h.get("fresh_seeds")
-        fresh = (
-            "—"
-            if again is None
-            else (
-                ("missed" if again["ratio"] is None else f"{again['ratio']:.2f}x")
-                + f", {100 * again['final_gap']:.1f}"
-            )
-        )
+        fresh = "—"
+        if (again := h.get("fresh_seeds")) is not None:
+            ratio_again = "missed" if again["ratio"] is None else f"{again['ratio']:.2f}x"
+            fresh = f"{ratio_again}, {100 * again['final_gap']:.1f}"
         lines.append(
             f"| {workload} | {h['target']:.3f} | {time} / {own['final']:.3f} | {best['time']:.1f} / "
             f"{fastest['final']:.3f} ({best['arm']}, γ {best['lr']}) | {ratio} | {h['best_final']:.3f} "

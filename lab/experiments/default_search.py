@@ -283,17 +283,23 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
 
     runner = p.Runner.of(ctx, plan.workers, work=simulate)
 
-    def stage(
+    def runs_of(
         workloads: tuple[str, ...], configs: dict[str, list[tuple[str, float]]], seeds: tuple[int, ...]
-    ) -> dict[str, Any]:
+    ) -> dict[str, dict[tuple[str, float], list[Any]]]:
+        """Each workload's configurations run on ``seeds``: by workload, then (arm, rate), one per seed."""
         jobs = {(wl, cfg, seed): Run(cfg[0], cfg[1], wl, seed=seed, gradients=plan.gradients)
                 for wl in workloads for cfg in dict.fromkeys(configs[wl]) for seed in seeds}  # fmt: skip
         done = runner.run(list(jobs.values()))
         outputs.extend(done.values())
-        for wl in workloads:
-            grouped[wl] = {
-                cfg: [done[jobs[wl, cfg, seed]] for seed in seeds] for cfg in dict.fromkeys(configs[wl])
-            }
+        return {
+            wl: {cfg: [done[jobs[wl, cfg, seed]] for seed in seeds] for cfg in dict.fromkeys(configs[wl])}
+            for wl in workloads
+        }
+
+    def stage(
+        workloads: tuple[str, ...], configs: dict[str, list[tuple[str, float]]], seeds: tuple[int, ...]
+    ) -> dict[str, Any]:
+        grouped.update(runs_of(workloads, configs, seeds))
         return {wl: judge(grouped[wl]) for wl in workloads}
 
     outputs: list[dict[str, Any]] = []
@@ -329,13 +335,7 @@ def run(plan: SearchPlan, ctx: Context) -> Result:
     )
     # and the default with the configurations tuned there (the fastest, the highest ending) on fresh seeds
     again = {wl: list(dict.fromkeys([own(chosen, wl), *tuned(judged[wl])])) for wl in plan.held_back}
-    fresh_jobs = {(wl, cfg, seed): Run(cfg[0], cfg[1], wl, seed=seed, gradients=plan.gradients)
-                  for wl in plan.held_back for cfg in again[wl] for seed in plan.fresh_seeds}  # fmt: skip
-    fresh_done = runner.run(list(fresh_jobs.values()))
-    outputs.extend(fresh_done.values())
-    fresh: dict[str, dict[tuple[str, float], list[Any]]] = {}  # by workload, then (arm, rate): per seed
-    for (wl, cfg, _), job in fresh_jobs.items():
-        fresh.setdefault(wl, {}).setdefault(cfg, []).append(fresh_done[job])
+    fresh = runs_of(plan.held_back, again, plan.fresh_seeds) if plan.fresh_seeds else {}
     held = {
         wl: report(judged[wl], *own(chosen, wl), plan.rate_factors, grouped[wl], fresh.get(wl))
         for wl in plan.held_back

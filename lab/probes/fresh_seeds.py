@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout whose history holds t
 SEARCHES = ("8b230ac", "b7b881f", "bec1c0c", "73bcf41")
 
 
-def simulate(job: tuple[str, float, str, int]) -> dict[str, Any]:
-    from lab.experiments.default_search import Run
-    from lab.experiments.default_search import simulate as run
-
-    arm, lr, workload, seed = job
-    return run(Run(arm, lr, workload, seed))
-
-
 def main() -> None:
-    from lab.experiments.default_search import CANDIDATES, FRESH_SEEDS, arm_for, rate_for
+    from lab.experiments.default_search import CANDIDATES, FRESH_SEEDS, Run, arm_for, rate_for, simulate
     from lab.experiments.default_search_judge import MAX_GAP, MAX_RATIO, fresh_seeds, tuned
-    from lab.experiments.protocol import one_blas_thread
+    from lab.probes.rule_jobs import each_run
     from sim.workloads import workload
 
     arm, rates = CANDIDATES[3]  # the shipped default: the eleventh's choice
@@ -43,33 +34,35 @@ def main() -> None:
     parser.add_argument("searches", nargs="*", default=SEARCHES)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    held: list[tuple[str, str, dict[str, Any], dict[str, Any], tuple[str, float]]] = []
+    runs: list[Run] = []  # every workload's, on one pool
     for commit in args.searches:
         show = ["git", "show", f"{commit}:docs/results/default-search.json"]
         summary = json.loads(subprocess.check_output(show, cwd=ROOT))["summary"]
-        for name, held in summary["held_back"].items():
+        for name, reported in summary["held_back"].items():
             judged = summary["judged"][name]
             model = workload(name).model
             default = (arm_for(arm, rates, model), round(rate_for(rates, model), 6))
-            if judged["runs"].get("{}@{}".format(*default)) != held["default"]:
+            if judged["runs"].get("{}@{}".format(*default)) != reported["default"]:
                 raise SystemExit(f"{commit} did not report the shipped default on {name}")
-            configs = list(dict.fromkeys([default, *tuned(judged)]))
-            jobs = [(a, lr, name, seed) for a, lr in configs for seed in FRESH_SEEDS]
-            with ProcessPoolExecutor(args.workers, initializer=one_blas_thread) as pool:
-                done = list(pool.map(simulate, jobs))
-            outputs: dict[tuple[str, float], list[Any]] = {}
-            for (a, lr, _, _), output in zip(jobs, done, strict=True):
-                outputs.setdefault((a, lr), []).append(output)
-            again = fresh_seeds(judged, outputs, default)
-            print(json.dumps({
-                "search": commit, "workload": name, "default": f"{default[0]}@{default[1]}",
-                "tuned": again["tuned"], "highest": again["highest"], "ratio": again["ratio"],
-                "final_gap": round(again["final_gap"], 4), "default_fresh": again["default"],
-                "fastest_fresh": again["fastest"],
-                "within_1.1x": again["ratio"] is not None and again["ratio"] <= MAX_RATIO,
-                "final_within_0.5": again["final_gap"] <= MAX_GAP,
-                "reported_ratio": held["default"]["ratio"],
-                "reported_gap": round(held["best_final"] - held["default"]["final"], 4),
-            }), flush=True)  # fmt: skip
+            held.append((commit, name, judged, reported, default))
+            configs = dict.fromkeys([default, *tuned(judged)])
+            runs += [Run(a, lr, name, seed) for a, lr in configs for seed in FRESH_SEEDS]
+    outputs: dict[str, dict[tuple[str, float], list[Any]]] = {}
+    for run, output in each_run(simulate, runs, args.workers):
+        outputs.setdefault(run.workload, {}).setdefault((run.arm, run.lr), []).append(output)
+    for commit, name, judged, reported, default in held:
+        again = fresh_seeds(judged, outputs[name], default)
+        print(json.dumps({
+            "search": commit, "workload": name, "default": f"{default[0]}@{default[1]}",
+            "tuned": again["tuned"], "highest": again["highest"], "ratio": again["ratio"],
+            "final_gap": round(again["final_gap"], 4), "default_fresh": again["default"],
+            "fastest_fresh": again["fastest"],
+            "within_1.1x": again["ratio"] is not None and again["ratio"] <= MAX_RATIO,
+            "final_within_0.5": again["final_gap"] <= MAX_GAP,
+            "reported_ratio": reported["default"]["ratio"],
+            "reported_gap": round(reported["best_final"] - reported["default"]["final"], 4),
+        }), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

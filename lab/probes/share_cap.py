@@ -32,11 +32,12 @@ from lab.probes.adaptive_step import against_search
 from lab.probes.agreement_rate import searched_runs
 from lab.probes.rule_jobs import each_run, rule_jobs
 from server.strategies.base import Strategy
+from server.strategies.fairness import EqualShare
 
 PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 
 
-def shrunk_share(share: Any, pseudo: float, device_id: str) -> float:
+def shrunk_share(share: EqualShare, pseudo: float, device_id: str) -> float:
     """EqualShare.share with ``pseudo`` arrivals added to the device's count and to the mean count."""
     mean = len(share.recent) / max(1, len(share.counts))
     weight = (mean + pseudo) / (share.counts.get(device_id, 0) + pseudo)
@@ -45,7 +46,6 @@ def shrunk_share(share: Any, pseudo: float, device_id: str) -> float:
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     import lab.experiments.default_search as search
-    from server.strategies.fairness import EqualShare
     from sim.workloads import workload
 
     name, rule, seed = job
