@@ -176,3 +176,32 @@ def test_the_agreement_probe_sets_its_multiplier_once_from_the_buffers_agreement
     assert agreeing.multiplier == 0.5 and agreeing.set_at == (1.0, 0.5)  # ρ̂ 1: halved, the lower bound
     opposed = run([np.array([1, 0.1], np.float32), np.array([-1, 0.1], np.float32)], 5)
     assert opposed.multiplier == 2.0 and opposed.set_at[0] == 0.0  # ρ̂ 0: doubled, the upper bound
+
+
+def test_the_interval_share_weighs_each_device_by_its_interval_over_the_mean():
+    from lab.probes.share_interval import IntervalShare
+    from server.strategies.base import Arrival
+
+    def weights(shares: IntervalShare) -> dict[str, float]:
+        """Fast arrives every second, slow every third: in a window of 8, 6 fast and 2 slow, mean 1.5."""
+        last = {}
+        for at in range(1, 62):
+            for device in ("fast", "slow") if at % 3 == 0 else ("fast",):
+                gradient = np.zeros(1, np.float32)
+                last[device] = shares.weight(Arrival("t", device, 0, 0, gradient, None, 1, None, float(at)))
+        return last
+
+    first = IntervalShare(cap=4.0, smoothing=0.0)
+    assert first.weight(Arrival("t", "new", 0, 0, np.zeros(1, np.float32), None, 1, None, 0.0)) == 1.0
+    steady = weights(IntervalShare(cap=4.0, smoothing=0.0, window=8))
+    assert steady["fast"] == pytest.approx(1 / 1.5) and steady["slow"] == pytest.approx(3 / 1.5)
+    assert weights(IntervalShare(cap=1.5, smoothing=0.0, window=8))["slow"] == 1.5  # bounded by the cap
+
+
+def test_the_rate_oracle_passes_a_rate_only_within_both_checks():
+    from lab.probes.rate_oracle import passes
+
+    assert passes({"ratio": 1.1, "final": 0.915}, 0.92) == (True, True)
+    assert passes({"ratio": 1.12, "final": 0.92}, 0.92) == (False, True)
+    assert passes({"ratio": None, "final": 0.90}, 0.92) == (False, False)  # target missed, 2 points under
+    assert passes(None, 0.92) == (False, False)
