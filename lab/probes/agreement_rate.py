@@ -27,12 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import against_search, grouped
+from lab.probes.adaptive_step import grouped
 from lab.probes.noise_scale import NoiseScale
-from lab.probes.rule_jobs import each_run, rule_jobs
+from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Strategy
 
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 # the searches whose results file holds a held-back half reported at the shipped rates' family (the eighth
 # to the fourteenth), oldest first: a workload is judged by the last of them that ran it
 SEARCHES = ("b8049ec", "bdba53a", "9bf8594", "8b230ac", "b7b881f", "bec1c0c", "73bcf41", "844d54f")
@@ -68,27 +67,19 @@ def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, seed = job
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
-    model = workload(name).model
     built: list[NoiseScale] = []
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
     kind, *values = rule.split("-")
 
-    def build(arm: str, lr: float) -> Strategy:
+    def adapt(strategy: Strategy) -> Strategy:
         if kind == "agree":
             r, w, lo, hi = (float(v) for v in values)
-            built.append(AgreementRate(plain(arm, lr), reference=r, window=int(w), low=lo, high=hi))
+            built.append(AgreementRate(strategy, reference=r, window=int(w), low=lo, high=hi))
         else:
-            built.append(NoiseScale(plain(arm, lr)))  # the default, its ρ recorded
+            built.append(NoiseScale(strategy))  # the default, its ρ recorded
         return built[-1]
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
-    output = search.simulate(run)
+    output = run_default(name, seed, adapt)
     output["set_at"] = getattr(built[-1], "set_at", None)
     ratios = built[-1].ratios
     output["rho_at"] = {n: round(ratios[n - 1], 3) for n in (25, 50, 100, 200, 400) if n <= len(ratios)}
@@ -97,13 +88,7 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
 def main() -> None:
     args, jobs = rule_jobs(__doc__ or "", "constant,agree-0.45-100-0.5-2")
-    runs = searched_runs()
-    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
-        print(json.dumps({
-            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-            **against_search(runs, name, output),
-            "set_at": output["set_at"], "rho_at": output["rho_at"], "diverged": output["diverged"],
-        }), flush=True)  # fmt: skip
+    report(probe, jobs, args.workers, lambda output: {"set_at": output["set_at"], "rho_at": output["rho_at"]})
 
 
 if __name__ == "__main__":

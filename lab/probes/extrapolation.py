@@ -29,11 +29,9 @@ import numpy as np
 
 from lab.probes.adaptive_step import against_search
 from lab.probes.agreement_rate import searched_runs
-from lab.probes.rule_jobs import each_run
+from lab.probes.rule_jobs import each_run, run_default
 from server.strategies.base import Strategy
 from server.strategies.wrappers import StrategyWrapper
-
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 
 
 class Extrapolation(StrategyWrapper):
@@ -64,25 +62,17 @@ class Extrapolation(StrategyWrapper):
 
 
 def probe(job: tuple[str, str, float, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, scale, seed = job
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
-    model = workload(name).model
     built: list[Extrapolation] = []
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
     kind, *values = rule.split("-")
 
-    def build(arm: str, lr: float) -> Strategy:
+    def adapt(strategy: Strategy) -> Strategy:
         if kind != "fedexp":
-            return plain(arm, lr)
-        built.append(Extrapolation(plain(arm, lr), beta=float(values[0]) if values else None))
+            return strategy
+        built.append(Extrapolation(strategy, beta=float(values[0]) if values else None))
         return built[-1]
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    lr = search.rate_for(rates, model) * scale
-    output = search.simulate(search.Run(search.arm_for(arm, rates, model), lr, name, seed))
+    output = run_default(name, seed, adapt, scale=scale)
     factors = np.array_split(np.array(built[-1].factors if built else [1.0] * 4), 4)
     output["factor_quartiles"] = [round(float(f.mean()), 2) if len(f) else 1.0 for f in factors]
     return output

@@ -19,18 +19,15 @@ its target and best tuned time. Not an experiment (no results file): one JSON li
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import against_search, searched_runs
-from lab.probes.rule_jobs import each_run, rule_jobs
+from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Arrival, Strategy
 from server.strategies.wrappers import StrategyWrapper
 
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 BOUNDS = (0.25, 4.0)
 
 
@@ -79,36 +76,26 @@ class LossRate(StrategyWrapper):
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, seed = job
-    arm, rates = search.CANDIDATES[-1]  # the shipped default: the eleventh's choice
-    model = workload(name).model
     built: list[LossRate] = []
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
 
-    def build(arm: str, lr: float) -> Strategy:
-        built.append(LossRate(plain(arm, lr), rule))
+    def adapt(strategy: Strategy) -> Strategy:
+        built.append(LossRate(strategy, rule))
         return built[-1]
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
-    output = search.simulate(run)
+    output = run_default(name, seed, adapt)
     output["trace"] = built[-1].trace
     return output
 
 
+def multipliers(output: dict[str, Any]) -> dict[str, Any]:
+    trace = output["trace"]
+    return {"multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]]}
+
+
 def main() -> None:
     args, jobs = rule_jobs(__doc__ or "", "constant,bold-1.1-0.5-50,plateau-100-0.02")
-    runs = searched_runs()
-    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
-        trace = output["trace"]
-        print(json.dumps({
-            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-            **against_search(runs, name, output),
-            "multiplier": [m for _, m in trace[:: max(1, len(trace) // 8)]],
-        }), flush=True)  # fmt: skip
+    report(probe, jobs, args.workers, multipliers)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,13 @@ cap-4,cap-2,cap-1 --seeds 2``.
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from functools import partial
 from typing import Any
 
-from lab.probes.adaptive_step import against_search
-from lab.probes.agreement_rate import searched_runs
-from lab.probes.rule_jobs import each_run, rule_jobs
+from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Strategy
 from server.strategies.fairness import EqualShare
-
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 
 
 def shrunk_share(share: EqualShare, pseudo: float, device_id: str) -> float:
@@ -45,17 +40,10 @@ def shrunk_share(share: EqualShare, pseudo: float, device_id: str) -> float:
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, seed = job
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
-    model = workload(name).model
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
     kind, value = rule.split("-")
 
-    def build(arm: str, lr: float) -> Strategy:
-        strategy = plain(arm, lr)
+    def adapt(strategy: Strategy) -> Strategy:
         assert isinstance(strategy, EqualShare)  # the default is one (FedBuffEqual)
         if kind == "cap":
             strategy.cap = float(value)
@@ -65,19 +53,12 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
             strategy.share = partial(shrunk_share, strategy, float(value))  # type: ignore[method-assign]
         return strategy
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
-    return search.simulate(run)
+    return run_default(name, seed, adapt)
 
 
 def main() -> None:
     args, jobs = rule_jobs(__doc__ or "", "cap-4,cap-2,cap-1")
-    runs = searched_runs()
-    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
-        print(json.dumps({
-            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-            **against_search(runs, name, output), "diverged": output["diverged"],
-        }), flush=True)  # fmt: skip
+    report(probe, jobs, args.workers)
 
 
 if __name__ == "__main__":

@@ -24,17 +24,12 @@ Judged against the search that reported each workload (its target and best tuned
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from typing import Any
 
-from lab.probes.adaptive_step import against_search
-from lab.probes.agreement_rate import searched_runs
-from lab.probes.rule_jobs import each_run, rule_jobs
+from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Arrival, Strategy
 from server.strategies.fairness import EqualShare
-
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
 
 
 class IntervalShare:
@@ -69,17 +64,10 @@ class IntervalShare:
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, seed = job
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
-    model = workload(name).model
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
     kind, value = rule.split("-")
 
-    def build(arm: str, lr: float) -> Strategy:
-        strategy = plain(arm, lr)
+    def adapt(strategy: Strategy) -> Strategy:
         assert isinstance(strategy, EqualShare)  # the default is one (FedBuffEqual)
         if kind == "cap":
             strategy.cap = float(value)
@@ -93,19 +81,12 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
         strategy.receive = receive  # type: ignore[method-assign]
         return strategy
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
-    return search.simulate(run)
+    return run_default(name, seed, adapt)
 
 
 def main() -> None:
     args, jobs = rule_jobs(__doc__ or "", "interval-4,cap-4")
-    runs = searched_runs()
-    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
-        print(json.dumps({
-            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-            **against_search(runs, name, output), "diverged": output["diverged"],
-        }), flush=True)  # fmt: skip
+    report(probe, jobs, args.workers)
 
 
 if __name__ == "__main__":

@@ -23,19 +23,13 @@ q-0.5,q-0.25 --seeds 2``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import against_search
-from lab.probes.agreement_rate import searched_runs
-from lab.probes.rule_jobs import each_run, rule_jobs
+from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Arrival, Strategy
 from server.strategies.fairness import ConcurrencyScale
-
-PLAIN: dict[str, Any] = {}  # the search's own ``build``, before this process first replaced it
-SEEN: list[int] = []  # this job's arrivals' staleness
 
 
 def concurrency_scale(strategy: Strategy) -> ConcurrencyScale:
@@ -47,18 +41,11 @@ def concurrency_scale(strategy: Strategy) -> ConcurrencyScale:
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
-    import lab.experiments.default_search as search
-    from sim.workloads import workload
-
     name, rule, seed = job
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
-    model = workload(name).model
-    plain = PLAIN.setdefault("build", search.build)  # the first job's: a worker process runs several
     quantile = float(rule.split("-")[1])
-    SEEN.clear()
+    seen: list[int] = []  # this run's arrivals' staleness
 
-    def build(arm: str, lr: float) -> Strategy:
-        strategy = plain(arm, lr)
+    def adapt(strategy: Strategy) -> Strategy:
         layer = concurrency_scale(strategy)
         receive = layer.receive
 
@@ -66,29 +53,21 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
             return max(float(np.quantile(layer.recent, quantile)) if layer.recent else 0.0, 1e-9)
 
         def counted(arrival: Arrival) -> float:
-            SEEN.append(arrival.staleness)
+            seen.append(arrival.staleness)
             return receive(arrival)
 
         layer.typical = typical  # type: ignore[method-assign]
         layer.receive = counted  # type: ignore[method-assign]
         return strategy
 
-    search.build = build  # type: ignore[assignment]  # this worker process only
-    run = search.Run(search.arm_for(arm, rates, model), search.rate_for(rates, model), name, seed)
-    output = search.simulate(run)
-    percentiles = np.percentile(SEEN, [10, 25, 50, 90]).round(1).tolist() if SEEN else []
-    return output | {"staleness": {"p10_25_50_90": percentiles, "mean": round(float(np.mean(SEEN)), 1)}}
+    output = run_default(name, seed, adapt)
+    percentiles = np.percentile(seen, [10, 25, 50, 90]).round(1).tolist() if seen else []
+    return output | {"staleness": {"p10_25_50_90": percentiles, "mean": round(float(np.mean(seen)), 1)}}
 
 
 def main() -> None:
     args, jobs = rule_jobs(__doc__ or "", "q-0.5,q-0.25")
-    runs = searched_runs()
-    for (name, rule, seed), output in each_run(probe, jobs, args.workers):
-        print(json.dumps({
-            "workload": name, "rule": rule, "seed": seed, "final": output["final"],
-            **against_search(runs, name, output), "diverged": output["diverged"],
-            "staleness": output["staleness"],
-        }), flush=True)  # fmt: skip
+    report(probe, jobs, args.workers, lambda output: {"staleness": output["staleness"]})
 
 
 if __name__ == "__main__":
