@@ -284,6 +284,22 @@ SUITE: tuple[Workload, ...] = (
              speed_order="shuffled", data_seed=136, split_seed=136, gradients=10000),
     Workload("adjacent-mlp-1000dev-batch32-30x", "adjacent", devices=1000, model="mlp", batch=32,
              speed_spread=30.0, data_seed=137, split_seed=137, gradients=8000),
+    # the seventeenth held-back half, drawn before any run on it once the sixteenth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 17 138`
+    Workload("labels1-mlp-even", "labels-1", model="mlp", speed_spread=1.0, data_seed=138, split_seed=138),
+    Workload("dirichlet10-cnn-iprof-30x-shuffled", "dirichlet-10", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=139, split_seed=139),
+    Workload("labels2-cnn-iprof", "labels-2", batch=None, data_seed=140, split_seed=140),
+    Workload("labels2-mlp-1000dev-iprof-30x", "labels-2", devices=1000, model="mlp", batch=None,
+             speed_spread=30.0, data_seed=141, split_seed=141, gradients=8000),
+    Workload("labels4-mlp-iprof-30x", "labels-4", model="mlp", batch=None, speed_spread=30.0, data_seed=142,
+             split_seed=142),
+    Workload("dirichlet0.5-cnn-iprof-30x-shuffled", "dirichlet-0.5", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=143, split_seed=143),
+    Workload("dirichlet10-logreg-100dev-iprof-shuffled", "dirichlet-10", devices=100, model="logreg",
+             batch=None, speed_order="shuffled", data_seed=144, split_seed=144, gradients=10000),
+    Workload("labels4-logreg-iprof-30x-shuffled", "labels-4", model="logreg", batch=None, speed_spread=30.0,
+             speed_order="shuffled", data_seed=145, split_seed=145),
 )
 # fmt: on
 
