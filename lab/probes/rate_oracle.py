@@ -22,7 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # the searches that reported the eleventh's default on a held-back half: the eleventh to the sixteenth
-HALVES = {"11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2"}
+HALVES = {
+    "11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2",
+}  # fmt: skip
 MULTIPLIERS = ("0.25", "0.5", "1.0", "2.0", "4.0")
 
 
