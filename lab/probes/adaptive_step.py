@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,12 @@ def grouped(results: dict[str, Any]) -> dict[str, dict[tuple[str, float], list[A
     for o in results["runs"]:
         runs.setdefault(o["run"]["workload"], {}).setdefault((o["run"]["arm"], o["run"]["lr"]), []).append(o)
     return runs
+
+
+def results_at(commit: str) -> dict[str, Any]:
+    """The default search's results file (docs/results/default-search.json) as ``commit`` holds it."""
+    show = ["git", "show", f"{commit}:docs/results/default-search.json"]
+    return json.loads(subprocess.check_output(show, cwd=RESULTS.parents[2]))
 
 
 def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:

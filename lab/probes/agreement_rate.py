@@ -20,14 +20,11 @@ constant,agree-0.45-100-0.5-2 --seeds 2``.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.probes.adaptive_step import grouped
+from lab.probes.adaptive_step import grouped, results_at
 from lab.probes.noise_scale import NoiseScale
 from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Strategy
@@ -35,7 +32,6 @@ from server.strategies.base import Strategy
 # the searches whose results file holds a held-back half reported at the shipped rates' family (the eighth
 # to the fourteenth), oldest first: a workload is judged by the last of them that ran it
 SEARCHES = ("b8049ec", "bdba53a", "9bf8594", "8b230ac", "b7b881f", "bec1c0c", "73bcf41", "844d54f")
-ROOT = Path(__file__).resolve().parents[2]  # the checkout whose history holds them
 
 
 class AgreementRate(NoiseScale):
@@ -61,8 +57,7 @@ def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
     """Each workload's runs in the last of ``SEARCHES`` that ran it, by (arm, rate): one output per seed."""
     runs: dict[str, dict[tuple[str, float], list[Any]]] = {}
     for commit in SEARCHES:
-        show = ["git", "show", f"{commit}:docs/results/default-search.json"]
-        runs.update(grouped(json.loads(subprocess.check_output(show, cwd=ROOT))))
+        runs.update(grouped(results_at(commit)))
     return runs
 
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout whose history holds the results files
+from lab.probes.adaptive_step import results_at
+
 # the searches that reported the current default (the eleventh's) on a held-back half
 SEARCHES = ("8b230ac", "b7b881f", "bec1c0c", "73bcf41")
 
@@ -37,8 +36,7 @@ def main() -> None:
     held: list[tuple[str, str, dict[str, Any], dict[str, Any], tuple[str, float]]] = []
     runs: list[Run] = []  # every workload's, on one pool
     for commit in args.searches:
-        show = ["git", "show", f"{commit}:docs/results/default-search.json"]
-        summary = json.loads(subprocess.check_output(show, cwd=ROOT))["summary"]
+        summary = results_at(commit)["summary"]
         for name, reported in summary["held_back"].items():
             judged = summary["judged"][name]
             model = workload(name).model

@@ -2,7 +2,7 @@
 
 Each default search reports, on its held-back half, the shipped default at ×0.25 to ×4 of its rate
 beside the tuned baselines. From the eleventh search on the default is the same (the eleventh's choice),
-so its held-back halves, 40 workloads, read as one table: for each constant multiplier, the workloads
+so its held-back halves (``HALVES``) read as one table: for each constant multiplier, the workloads
 where it reaches the target within 1.1x of the best tuned time and ends within 0.5 points of the best
 final; and for the best multiplier of each workload (an oracle, which no rule knows in advance), how
 many a perfect per-workload rate would pass. The gap between the two is what an adaptive rate has to
@@ -15,12 +15,11 @@ Reads the results files at the searches' commits; runs nothing. ``python -m lab.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from lab.probes.adaptive_step import results_at
+
 # the searches that reported the eleventh's default on a held-back half: the eleventh to the sixteenth
 HALVES = {
     "11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2",
@@ -34,11 +33,6 @@ def passes(point: dict[str, Any] | None, best_final: float) -> tuple[bool, bool]
         return False, False
     fast = point["ratio"] is not None and point["ratio"] <= 1.1 + 1e-9
     return fast, point["final"] >= best_final - 0.005 - 1e-9
-
-
-def held_back(commit: str) -> dict[str, Any]:
-    show = ["git", "show", f"{commit}:docs/results/default-search.json"]
-    return json.loads(subprocess.check_output(show, cwd=ROOT))["summary"]["held_back"]
 
 
 Row = tuple[str, list[tuple[bool, bool, str]]]  # a workload's label, and per multiplier (fast, high, text)
@@ -82,8 +76,8 @@ def main() -> None:
     counts = {m: [0, 0, 0] for m in (*MULTIPLIERS, "oracle")}
     rows: list[Row] = []
     for half, commit in HALVES.items():
-        for name, judged in held_back(commit).items():
-            best_final, cells, oracle = judged["best_final"], [], [False, False, False]
+        for name, judged in results_at(commit)["summary"]["held_back"].items():
+            best_final, oracle = judged["best_final"], [False, False, False]
             drawn: list[tuple[bool, bool, str]] = []
             for m in MULTIPLIERS:
                 point = judged["rate_curve"].get(m)
@@ -92,11 +86,11 @@ def main() -> None:
                     counts[m][i] += ok
                     oracle[i] = oracle[i] or ok
                 ratio = "miss" if point is None or point["ratio"] is None else f"{point['ratio']:.2f}x"
-                cells.append(f"{ratio} {point['final']:.3f}{'*' if fast and high else ''}" if point else "—")
                 drawn.append((fast, high, f"{ratio} {point['final']:.3f}" if point else "—"))
             for i, ok in enumerate(oracle):
                 counts["oracle"][i] += ok
             rows.append((f"{half}: {name} ({best_final:.3f})", drawn))
+            cells = [text + ("*" if fast and high else "") for fast, high, text in drawn]
             print(f"| {half} | {name} | {best_final:.3f} | " + " | ".join(cells) + " |")
     print()
     for m, (fast, high, both) in counts.items():
