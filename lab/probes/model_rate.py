@@ -1,0 +1,80 @@
+"""Issue 28: each model's rate chosen again on the held-back halves that are seen now.
+
+The rate oracle (rate_oracle.py) reads the shipped default at ×0.25 to ×4 of its rate on the held-back halves
+of the eleventh to the sixteenth searches, which have since all joined the seen. This runs the default at
+multipliers between those (``--multipliers``) on the same workloads and seeds, adds each to the workload's
+runs as its search stored them, judges them all together as the search judges (``judge``: the added rates
+are tuned configurations too, so they may set the best time or final), and counts, for each model and
+multiplier, the workloads where it reaches the target within 1.1x of the best time and ends within 0.5
+points of the best final. The multiplier passing most, for each model, is a candidate rate for the next
+search, which reports it on a half none of this saw.
+
+``python -m lab.probes.model_rate --multipliers 0.7,1.4``: one JSON line a workload, then the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import Any
+
+from lab.probes.adaptive_step import grouped, results_at
+from lab.probes.rate_oracle import HALVES, MULTIPLIERS, passes
+
+
+def main() -> None:
+    import lab.experiments.default_search as search
+    from lab.experiments.default_search_judge import judge
+    from lab.probes.rule_jobs import each_run
+    from sim.workloads import workload
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--multipliers", default="0.7,1.4", help="the rates to add, as × the shipped one")
+    parser.add_argument("--models", default="mnist_cnn,mlp,logreg")
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    added = [float(m) for m in args.multipliers.split(",")]
+    models = args.models.split(",")
+    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
+
+    def config(name: str, factor: float) -> tuple[str, float]:
+        model = workload(name).model
+        return search.arm_for(arm, rates, model), round(search.rate_for(rates, model) * factor, 6)
+
+    held: list[tuple[str, str, dict[tuple[str, float], list[Any]]]] = []
+    jobs: list[search.Run] = []
+    for half, commit in HALVES.items():
+        results = results_at(commit)
+        runs = grouped(results)
+        for name in results["summary"]["held_back"]:
+            if workload(name).model not in models:
+                continue
+            seeds = [o["run"]["seed"] for o in runs[name][config(name, 1.0)]]
+            held.append((half, name, runs[name]))
+            jobs += [search.Run(*config(name, m), name, seed) for m in added for seed in seeds]
+    outputs: dict[tuple[str, str, float], list[Any]] = {}
+    for run, output in each_run(search.simulate, jobs, args.workers):
+        outputs.setdefault((run.workload, run.arm, run.lr), []).append(output)
+    factors = sorted({*(float(m) for m in MULTIPLIERS), *added})
+    counts: Counter[tuple[str, float]] = Counter()
+    for half, name, runs in held:
+        extra = {config(name, m): outputs[(name, *config(name, m))] for m in added}
+        judged = judge({**runs, **extra})
+        cells = {}
+        for m in factors:
+            point = judged["runs"].get("{}@{}".format(*config(name, m)))
+            fast, high = passes(point, judged["best_final"])
+            counts[workload(name).model, m] += fast and high
+            cells[str(m)] = None if point is None else [point["ratio"] and round(point["ratio"], 3),
+                                                        point["final"], fast and high]  # fmt: skip
+        print(json.dumps({"half": half, "workload": name, "best_final": judged["best_final"],
+                          "best": judged["best"], "cells": cells}), flush=True)  # fmt: skip
+    for model in models:
+        total = sum(workload(name).model == model for _, name, _ in held)
+        row = ", ".join(f"×{m} {counts[model, m]}" for m in factors)
+        print(f"{model} ({total} workloads), passing both checks: {row}")
+
+
+if __name__ == "__main__":
+    main()
