@@ -205,3 +205,24 @@ def test_the_rate_oracle_passes_a_rate_only_within_both_checks():
     assert passes({"ratio": 1.12, "final": 0.92}, 0.92) == (False, True)
     assert passes({"ratio": None, "final": 0.90}, 0.92) == (False, False)  # target missed, 2 points under
     assert passes(None, 0.92) == (False, False)
+
+
+def test_a_rate_added_to_a_workload_is_judged_with_its_runs():
+    from lab.probes.model_rate import standing
+
+    def run(times: list[float], accuracy: list[float]) -> dict[str, object]:
+        return {"times": times, "accuracy": accuracy, "final": accuracy[-1], "end_time": times[-1],
+                "diverged": False}  # fmt: skip
+
+    shipped = [run([1, 2, 3, 4], [0.5, 0.8, 0.91, 0.92])]
+    baseline = [run([1, 2, 3, 4], [0.6, 0.85, 0.91, 0.915])]
+    added = [run([1, 2, 3, 4], [0.7, 0.92, 0.93, 0.93])]  # sets the best final and the best time
+    runs = {("a", 1.0): shipped, ("b", 0.2): baseline}
+    rates = {1.0: ("a", 1.0), 0.7: ("a", 0.7), 2.0: ("a", 2.0)}
+    best_final, best, cells = standing(runs, rates)
+    assert best_final == 0.92 and cells[1.0] == (1.0, 0.92, True) and cells[0.7] is None
+    best_final, best, cells = standing({**runs, ("a", 0.7): added}, rates)
+    assert best_final == 0.93 and best["lr"] == 0.7
+    assert cells[0.7] == (1.0, 0.93, True)
+    assert cells[1.0] == (2.0, 0.92, False)  # the target now 0.92: at 4 s against 2 s, and 1 point under
+    assert cells[2.0] is None

@@ -22,10 +22,29 @@ from typing import Any
 from lab.probes.adaptive_step import grouped, results_at
 from lab.probes.rate_oracle import HALVES, MULTIPLIERS, passes
 
+Cell = tuple[float | None, float, bool] | None  # (ratio to the best time, final, passing both checks)
+
+
+def standing(
+    runs: dict[tuple[str, float], list[Any]], rates: dict[float, tuple[str, float]]
+) -> tuple[float, dict[str, Any], dict[float, Cell]]:
+    """A workload's runs judged together (the search's ``judge``): its best final and best run, and for each
+    multiplier's configuration in ``rates`` its ratio, final and whether it passes both checks (None: not
+    run)."""
+    from lab.experiments.default_search_judge import judge
+
+    judged = judge(runs)
+    cells: dict[float, Cell] = {}
+    for m, (arm, lr) in rates.items():
+        point = judged["runs"].get(f"{arm}@{lr}")
+        fast, high = passes(point, judged["best_final"])
+        ratio = None if point is None or point["ratio"] is None else round(point["ratio"], 3)
+        cells[m] = None if point is None else (ratio, point["final"], fast and high)
+    return judged["best_final"], judged["best"], cells
+
 
 def main() -> None:
     import lab.experiments.default_search as search
-    from lab.experiments.default_search_judge import judge
     from lab.probes.rule_jobs import each_run
     from sim.workloads import workload
 
@@ -60,16 +79,11 @@ def main() -> None:
     counts: Counter[tuple[str, float]] = Counter()
     for half, name, runs in held:
         extra = {config(name, m): outputs[(name, *config(name, m))] for m in added}
-        judged = judge({**runs, **extra})
-        cells = {}
-        for m in factors:
-            point = judged["runs"].get("{}@{}".format(*config(name, m)))
-            fast, high = passes(point, judged["best_final"])
-            counts[workload(name).model, m] += fast and high
-            cells[str(m)] = None if point is None else [point["ratio"] and round(point["ratio"], 3),
-                                                        point["final"], fast and high]  # fmt: skip
-        print(json.dumps({"half": half, "workload": name, "best_final": judged["best_final"],
-                          "best": judged["best"], "cells": cells}), flush=True)  # fmt: skip
+        best_final, best, cells = standing({**runs, **extra}, {m: config(name, m) for m in factors})
+        for m, cell in cells.items():
+            counts[workload(name).model, m] += bool(cell and cell[2])
+        print(json.dumps({"half": half, "workload": name, "best_final": best_final, "best": best,
+                          "cells": {str(m): cell for m, cell in cells.items()}}), flush=True)  # fmt: skip
     for model in models:
         total = sum(workload(name).model == model for _, name, _ in held)
         row = ", ".join(f"×{m} {counts[model, m]}" for m in factors)
