@@ -206,7 +206,7 @@ FIFTEENTH_HELD_BACK: tuple[str, ...] = (
     "dirichlet0.1-mlp-100dev-batch32-30x-shuffled",
 )
 # the sixteenth checked the same default on the next seeded draw (sim/workload_draw.py 16 130), on fresh seeds
-# too; its half, reported 2026-12-01, is seen since
+# seeds too; its half, reported 2026-12-01, is seen since
 SIXTEENTH_HELD_BACK: tuple[str, ...] = (
     "labels1-mlp-1000dev-batch32-30x-shuffled",
     "labels2-cnn-iprof-shuffled",
@@ -217,13 +217,25 @@ SIXTEENTH_HELD_BACK: tuple[str, ...] = (
     "labels4-mlp-100dev-batch32-shuffled",
     "adjacent-mlp-1000dev-batch32-30x",
 )
+# the seventeenth checked the CNN at 0.84 on the next seeded draw (sim/workload_draw.py 17 138), on fresh
+# seeds too; its half, reported 2026-12-01, is seen since
+SEVENTEENTH_HELD_BACK: tuple[str, ...] = (
+    "labels1-mlp-even",
+    "dirichlet10-cnn-iprof-30x-shuffled",
+    "labels2-cnn-iprof",
+    "labels2-mlp-1000dev-iprof-30x",
+    "labels4-mlp-iprof-30x",
+    "dirichlet0.5-cnn-iprof-30x-shuffled",
+    "dirichlet10-logreg-100dev-iprof-shuffled",
+    "labels4-logreg-iprof-30x-shuffled",
+)
 # every workload seen so far: the eleventh search chose on its CNN workloads (the tenth's half included),
 # the ninth on its I-Prof ones
 SEEN: tuple[str, ...] = (
     *THIRD_CHOICE, *THIRD_HELD_BACK, *FOURTH_HELD_BACK, *FIFTH_HELD_BACK, *SIXTH_HELD_BACK,
     *SEVENTH_HELD_BACK, *EIGHTH_HELD_BACK, *NINTH_HELD_BACK, *TENTH_HELD_BACK, *ELEVENTH_HELD_BACK,
     *TWELFTH_HELD_BACK, *THIRTEENTH_HELD_BACK, *FOURTEENTH_HELD_BACK, *FIFTEENTH_HELD_BACK,
-    *SIXTEENTH_HELD_BACK,
+    *SIXTEENTH_HELD_BACK, *SEVENTEENTH_HELD_BACK,
 )  # fmt: skip
 CNN_CHOICE: tuple[str, ...] = (
     "labels2-cnn",

@@ -300,6 +300,23 @@ SUITE: tuple[Workload, ...] = (
              batch=None, speed_order="shuffled", data_seed=144, split_seed=144, gradients=10000),
     Workload("labels4-logreg-iprof-30x-shuffled", "labels-4", model="logreg", batch=None, speed_spread=30.0,
              speed_order="shuffled", data_seed=145, split_seed=145),
+    # the eighteenth held-back half, drawn before any run on it once the seventeenth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 18 146`
+    Workload("adjacent-cnn-iprof-shuffled", "adjacent", batch=None, speed_order="shuffled", data_seed=146,
+             split_seed=146),
+    Workload("dirichlet0.5-mlp-100dev-30x", "dirichlet-0.5", devices=100, model="mlp", speed_spread=30.0,
+             data_seed=147, split_seed=147, gradients=10000),
+    Workload("dirichlet10-logreg", "dirichlet-10", model="logreg", data_seed=148, split_seed=148),
+    Workload("dirichlet0.5-logreg-batch32-30x-shuffled", "dirichlet-0.5", model="logreg", batch=32,
+             speed_spread=30.0, speed_order="shuffled", data_seed=149, split_seed=149, gradients=6000),
+    Workload("labels2-mlp-100dev-iprof-even", "labels-2", devices=100, model="mlp", batch=None,
+             speed_spread=1.0, data_seed=150, split_seed=150, gradients=10000),
+    Workload("labels1-mlp-100dev-batch32-shuffled", "labels-1", devices=100, model="mlp", batch=32,
+             speed_order="shuffled", data_seed=151, split_seed=151, gradients=10000),
+    Workload("dirichlet0.1-cnn-batch32-even", "dirichlet-0.1", batch=32, speed_spread=1.0, data_seed=152,
+             split_seed=152, gradients=6000),
+    Workload("dirichlet0.1-cnn-iprof-30x", "dirichlet-0.1", batch=None, speed_spread=30.0, data_seed=153,
+             split_seed=153),
 )
 # fmt: on
 

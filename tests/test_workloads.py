@@ -19,6 +19,7 @@ from sim.workload_halves import (
     NINTH_HELD_BACK,
     SECOND_HELD_BACK,
     SEEN,
+    SEVENTEENTH_HELD_BACK,
     SEVENTH_HELD_BACK,
     SIXTEENTH_HELD_BACK,
     SIXTH_HELD_BACK,
@@ -77,6 +78,7 @@ def test_the_suite_has_twelve_workloads_or_more_and_two_halves_that_never_mix():
     reported = (FOURTH_HELD_BACK, FIFTH_HELD_BACK, SIXTH_HELD_BACK, SEVENTH_HELD_BACK, EIGHTH_HELD_BACK)
     reported += (NINTH_HELD_BACK, TENTH_HELD_BACK, ELEVENTH_HELD_BACK, TWELFTH_HELD_BACK)
     reported += (THIRTEENTH_HELD_BACK, FOURTEENTH_HELD_BACK, FIFTEENTH_HELD_BACK, SIXTEENTH_HELD_BACK)
+    reported += (SEVENTEENTH_HELD_BACK,)
     seen = {*THIRD_CHOICE, *THIRD_HELD_BACK, *(name for half in reported for name in half)}
     assert set(SEEN) == seen
     assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) <= seen and seen | set(HELD_BACK) == set(names)
@@ -142,16 +144,16 @@ def test_iprof_sized_batches_meet_one_time_slo_and_reach_the_devices():
 
 
 @pytest.mark.slow  # a Dirichlet 0.1 split of 1,000 devices is tried ~1,000 times before it is refused (~40 s)
-def test_the_thirteenth_to_seventeenth_held_back_halves_are_the_seeded_draws():
+def test_the_fourteenth_to_eighteenth_held_back_halves_are_the_seeded_draws():
     """sim/workload_draw.py gives each drawn half as the suite holds it, from the suite as it was before."""
     from sim.workload_draw import draw
 
     before = {w.name for w in SUITE if w.name not in HELD_BACK}
-    assert draw(17, 138, before) == [workload(n) for n in HELD_BACK]
+    assert draw(18, 146, before) == [workload(n) for n in HELD_BACK]
+    before -= set(SEVENTEENTH_HELD_BACK)
+    assert draw(17, 138, before) == [workload(n) for n in SEVENTEENTH_HELD_BACK]
     before -= set(SIXTEENTH_HELD_BACK)
     assert draw(16, 130, before) == [workload(n) for n in SIXTEENTH_HELD_BACK]
     before -= set(FIFTEENTH_HELD_BACK)
     assert draw(15, 122, before) == [workload(n) for n in FIFTEENTH_HELD_BACK]
-    before -= set(FOURTEENTH_HELD_BACK)
-    assert draw(14, 114, before) == [workload(n) for n in FOURTEENTH_HELD_BACK]
-    assert draw(13, 106, before - set(THIRTEENTH_HELD_BACK)) == [workload(n) for n in THIRTEENTH_HELD_BACK]
+    assert draw(14, 114, before - set(FOURTEENTH_HELD_BACK)) == [workload(n) for n in FOURTEENTH_HELD_BACK]
