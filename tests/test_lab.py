@@ -226,3 +226,13 @@ def test_a_rate_added_to_a_workload_is_judged_with_its_runs():
     assert cells[0.7] == (1.0, 0.93, True)
     assert cells[1.0] == (2.0, 0.92, False)  # the target now 0.92: at 4 s against 2 s, and 1 point under
     assert cells[2.0] is None
+    # each search's own default, as its results file reports it
+    from lab.probes.model_rate import searched_default
+
+    reported = {
+        "default": "a",
+        "default_rate": {"mnist_cnn": 0.84, "logreg": 1.2},
+        "default_max_step": {"mnist_cnn": 0.03},
+    }
+    assert searched_default(reported) == ("a", (("mnist_cnn", 0.84, 0.03), ("logreg", 1.2)))
+    assert searched_default({"default": "a", "default_rate": 0.3}) == ("a", 0.3)

@@ -9,7 +9,9 @@ multiplier, the workloads where it reaches the target within 1.1x of the best ti
 points of the best final. The multiplier passing most, for each model, is a candidate rate for the next
 search, which reports it on a half none of this saw.
 
-``python -m lab.probes.model_rate --multipliers 0.7,1.4``: one JSON line a workload, then the counts.
+``python -m lab.probes.model_rate --multipliers 0.7,1.4``: one JSON line a workload, then the counts. Each
+search's workloads are run with the default it reported (its results file's), so ``--searches 60fd943
+--multipliers 1.4285714 --models mnist_cnn`` runs the seventeenth's CNN workloads at the eleventh's rate.
 """
 
 from __future__ import annotations
@@ -43,49 +45,58 @@ def standing(
     return judged["best_final"], judged["best"], cells
 
 
+def searched_default(summary: dict[str, Any]) -> tuple[str, Any]:
+    """The default a search reported, as (arm, rates) for default_search's ``arm_for`` and ``rate_for``."""
+    rates, caps = summary["default_rate"], summary.get("default_max_step", {})
+    if isinstance(rates, dict):
+        rates = tuple((m, r, caps[m]) if m in caps else (m, r) for m, r in rates.items())
+    return summary["default"], rates
+
+
 def main() -> None:
     import lab.experiments.default_search as search
     from lab.probes.rule_jobs import each_run
     from sim.workloads import workload
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--multipliers", default="0.7,1.4", help="the rates to add, as × the shipped one")
+    parser.add_argument("--multipliers", default="0.7,1.4", help="the rates to add, as × the reported one")
     parser.add_argument("--models", default="mnist_cnn,mlp,logreg")
+    parser.add_argument("--searches", default=",".join(HALVES.values()), help="the searches' commits")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     added = [float(m) for m in args.multipliers.split(",")]
     models = args.models.split(",")
-    arm, rates = search.CANDIDATES[3]  # the shipped default: the eleventh's choice
 
-    def config(name: str, factor: float) -> tuple[str, float]:
+    def config(default: tuple[str, Any], name: str, factor: float) -> tuple[str, float]:
         model = workload(name).model
-        return search.arm_for(arm, rates, model), round(search.rate_for(rates, model) * factor, 6)
+        return search.arm_for(*default, model), round(search.rate_for(default[1], model) * factor, 6)
 
-    held: list[tuple[str, str, dict[tuple[str, float], list[Any]]]] = []
+    held: list[tuple[str, str, tuple[str, Any], dict[tuple[str, float], list[Any]]]] = []
     jobs: list[search.Run] = []
-    for half, commit in HALVES.items():
+    for commit in args.searches.split(","):
         results = results_at(commit)
-        runs = grouped(results)
+        runs, default = grouped(results), searched_default(results["summary"])
         for name in results["summary"]["held_back"]:
             if workload(name).model not in models:
                 continue
-            seeds = [o["run"]["seed"] for o in runs[name][config(name, 1.0)]]
-            held.append((half, name, runs[name]))
-            jobs += [search.Run(*config(name, m), name, seed) for m in added for seed in seeds]
+            seeds = [o["run"]["seed"] for o in runs[name][config(default, name, 1.0)]]
+            held.append((commit, name, default, runs[name]))
+            jobs += [search.Run(*config(default, name, m), name, seed) for m in added for seed in seeds]
     outputs: dict[tuple[str, str, float], list[Any]] = {}
     for run, output in each_run(search.simulate, jobs, args.workers):
         outputs.setdefault((run.workload, run.arm, run.lr), []).append(output)
     factors = sorted({*(float(m) for m in MULTIPLIERS), *added})
     counts: Counter[tuple[str, float]] = Counter()
-    for half, name, runs in held:
-        extra = {config(name, m): outputs[(name, *config(name, m))] for m in added}
-        best_final, best, cells = standing({**runs, **extra}, {m: config(name, m) for m in factors})
+    for commit, name, default, runs in held:
+        extra = {config(default, name, m): outputs[(name, *config(default, name, m))] for m in added}
+        rates = {m: config(default, name, m) for m in factors}
+        best_final, best, cells = standing({**runs, **extra}, rates)
         for m, cell in cells.items():
             counts[workload(name).model, m] += bool(cell and cell[2])
-        print(json.dumps({"half": half, "workload": name, "best_final": best_final, "best": best,
+        print(json.dumps({"search": commit, "workload": name, "best_final": best_final, "best": best,
                           "cells": {str(m): cell for m, cell in cells.items()}}), flush=True)  # fmt: skip
     for model in models:
-        total = sum(workload(name).model == model for _, name, _ in held)
+        total = sum(workload(name).model == model for _, name, _, _ in held)
         row = ", ".join(f"×{m} {counts[model, m]}" for m in factors)
         print(f"{model} ({total} workloads), passing both checks: {row}")
 
