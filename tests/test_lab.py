@@ -207,6 +207,18 @@ def test_the_rate_oracle_passes_a_rate_only_within_both_checks():
     assert passes(None, 0.92) == (False, False)
 
 
+def test_a_search_s_runs_are_grouped_without_its_fresh_seeds():
+    from lab.probes.adaptive_step import grouped
+
+    def run(seed: int) -> dict[str, object]:
+        return {"run": {"workload": "w", "arm": "a", "lr": 1.0, "seed": seed}}
+
+    results = {"summary": {"seeds": {"held_back": [2, 3], "fresh": [6]}}, "runs": [run(2), run(3), run(6)]}
+    assert [o["run"]["seed"] for o in grouped(results)["w"]["a", 1.0]] == [2, 3]
+    older = {"summary": {"seeds": {"held_back": [2, 3]}}, "runs": [run(2), run(3)]}  # before fresh seeds
+    assert len(grouped(older)["w"]["a", 1.0]) == 2
+
+
 def test_a_rate_added_to_a_workload_is_judged_with_its_runs():
     from lab.probes.model_rate import standing
 

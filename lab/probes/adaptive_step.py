@@ -99,9 +99,13 @@ def probe(job: tuple[str, str]) -> dict[str, Any]:
 
 def grouped(results: dict[str, Any]) -> dict[str, dict[tuple[str, float], list[Any]]]:
     """A default search's runs by workload, then (arm, rate): one output per seed, which ``judge`` takes
-    together as the search did."""
+    together as the search did. The runs on fresh seeds (the fifteenth search on) are left out: the search
+    judged the held-back half on its own seeds and ran only the default and the tuned runs again."""
+    fresh = set(results["summary"].get("seeds", {}).get("fresh", []))
     runs: dict[str, dict[tuple[str, float], list[Any]]] = {}
     for o in results["runs"]:
+        if o["run"]["seed"] in fresh:
+            continue
         runs.setdefault(o["run"]["workload"], {}).setdefault((o["run"]["arm"], o["run"]["lr"]), []).append(o)
     return runs
 
