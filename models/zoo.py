@@ -94,8 +94,8 @@ class ModelSpec:
 # strategy's own, by the sixth (logistic regression starts at zero, where a cap relative to θ only slows it);
 # the MLP's rate doubled by the eighth, with the default serving an average of the versions; the CNN's by the
 # eleventh (2026-11-29: it ended higher on 25 of the 29 CNN workloads seen); the CNN's set to 0.7x that
-# (2026-12-01, lab/probes/model_rate.py: on the 18 CNN workloads of six held-back halves, 15 passed the
-# issue's checks, 8 at 1.2), and checked by the seventeenth search
+# (2026-12-01, lab/probes/model_rate.py: on the 18 CNN workloads of six held-back halves, 14 passed the
+# issue's checks, 7 at 1.2), and checked by the seventeenth search
 BUILTINS: dict[str, ModelSpec] = {
     "mnist_cnn": ModelSpec(
         build=MnistCNN, input_shape=(1, 28, 28), num_classes=10, learning_rate=0.84, max_step=0.03

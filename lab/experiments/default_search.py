@@ -138,8 +138,8 @@ DOUBLED = (("mnist_cnn", 0.6, 0.03), ("mlp", 1.2, 0.03), ("logreg", 1.2))
 CNN_DOUBLED = (("mnist_cnn", 1.2, 0.03), ("mlp", 1.2, 0.03), ("logreg", 1.2))
 # the seventeenth (2026-12-01): the CNN at 0.7x the eleventh's rate, chosen on the eleventh to the sixteenth
 # held-back halves once all were seen (lab/probes/model_rate.py: on their 18 CNN workloads it passed both of
-# the checks on 15, against 8 at 1.2 and 11 at 0.6; the MLP passed 10 at 1x and 1.4x, and 1.4x
-# collapsed both 1,000-device fleets; logistic regression 9 at 1x, 6 at 0.7x and 1.4x)
+# the checks on 14, against 7 at 1.2 and 11 at 0.6; the MLP passed 10 at 1x and 9 at 1.4x, which
+# collapsed both 1,000-device fleets; logistic regression 7 at 1x, 6 at 0.7x and 1.4x)
 CNN_07 = (("mnist_cnn", 0.84, 0.03), ("mlp", 1.2, 0.03), ("logreg", 1.2))
 CANDIDATES: tuple[tuple[str, Rates], ...] = (
     ("fedbuff-equal-ccap6-ref5-avg", DOUBLED),

@@ -22,8 +22,8 @@ ninth chose to weigh each gradient by the square root of its batch over the rece
 (``SampleWeight``: with I-Prof's unequal batches a slow device's small batch is noisier; with equal
 batches every weight is exactly 1), over the eighth's default and weighing by the batch itself. The
 eleventh doubled the CNN's rate to 1.2: it ended higher on 25 of the 29 CNN workloads seen; a probe set it
-to 0.84 (its manifest's), which passed the issue's checks on 15 of the 18 CNN workloads held back since,
-against 8 at 1.2, and the seventeenth checked it.
+to 0.84 (its manifest's), which passed the issue's checks on 14 of the 18 CNN workloads held back since,
+against 7 at 1.2, and the seventeenth checked it.
 """
 
 from __future__ import annotations
