@@ -206,7 +206,7 @@ FIFTEENTH_HELD_BACK: tuple[str, ...] = (
     "dirichlet0.1-mlp-100dev-batch32-30x-shuffled",
 )
 # the sixteenth checked the same default on the next seeded draw (sim/workload_draw.py 16 130), on fresh seeds
-# seeds too; its half, reported 2026-12-01, is seen since
+# too; its half, reported 2026-12-01, is seen since
 SIXTEENTH_HELD_BACK: tuple[str, ...] = (
     "labels1-mlp-1000dev-batch32-30x-shuffled",
     "labels2-cnn-iprof-shuffled",

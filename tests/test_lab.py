@@ -238,8 +238,10 @@ def test_a_rate_added_to_a_workload_is_judged_with_its_runs():
     assert cells[0.7] == (1.0, 0.93, True)
     assert cells[1.0] == (2.0, 0.92, False)  # the target now 0.92: at 4 s against 2 s, and 1 point under
     assert cells[2.0] is None
-    # each search's own default, as its results file reports it
-    from lab.probes.model_rate import searched_default
+
+
+def test_a_search_s_default_is_read_from_its_results_file():
+    from lab.probes.adaptive_step import searched_default
 
     reported = {
         "default": "a",

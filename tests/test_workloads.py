@@ -143,7 +143,6 @@ def test_iprof_sized_batches_meet_one_time_slo_and_reach_the_devices():
     assert granted == [batches[0], batches[-1]]
 
 
-@pytest.mark.slow  # a Dirichlet 0.1 split of 1,000 devices is tried ~1,000 times before it is refused (~40 s)
 def test_the_fourteenth_to_eighteenth_held_back_halves_are_the_seeded_draws():
     """sim/workload_draw.py gives each drawn half as the suite holds it, from the suite as it was before."""
     from sim.workload_draw import draw

@@ -116,6 +116,14 @@ def results_at(commit: str) -> dict[str, Any]:
     return json.loads(subprocess.check_output(show, cwd=RESULTS.parents[2]))
 
 
+def searched_default(summary: dict[str, Any]) -> tuple[str, Any]:
+    """The default a search reported, as (arm, rates) for default_search's ``arm_for`` and ``rate_for``."""
+    rates, caps = summary["default_rate"], summary.get("default_max_step", {})
+    if isinstance(rates, dict):
+        rates = tuple((m, r, caps[m]) if m in caps else (m, r) for m, r in rates.items())
+    return summary["default"], rates
+
+
 def searched_runs() -> dict[str, dict[tuple[str, float], list[Any]]]:
     """The last default search's runs (docs/results/default-search.json), ``grouped``."""
     return grouped(json.loads(RESULTS.read_text()))

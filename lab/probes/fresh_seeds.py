@@ -15,19 +15,17 @@ import argparse
 import json
 from typing import Any
 
-from lab.probes.adaptive_step import results_at
+from lab.probes.adaptive_step import results_at, searched_default
 
 # the searches that reported the current default (the eleventh's) on a held-back half
 SEARCHES = ("8b230ac", "b7b881f", "bec1c0c", "73bcf41")
 
 
 def main() -> None:
-    from lab.experiments.default_search import CANDIDATES, FRESH_SEEDS, Run, arm_for, rate_for, simulate
+    from lab.experiments.default_search import FRESH_SEEDS, Run, arm_for, rate_for, simulate
     from lab.experiments.default_search_judge import MAX_GAP, MAX_RATIO, fresh_seeds, tuned
     from lab.probes.rule_jobs import each_run
     from sim.workloads import workload
-
-    arm, rates = CANDIDATES[3]  # the shipped default: the eleventh's choice
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("searches", nargs="*", default=SEARCHES)
@@ -37,12 +35,13 @@ def main() -> None:
     runs: list[Run] = []  # every workload's, on one pool
     for commit in args.searches:
         summary = results_at(commit)["summary"]
+        arm, rates = searched_default(summary)  # the eleventh's choice, for the searches above
         for name, reported in summary["held_back"].items():
             judged = summary["judged"][name]
             model = workload(name).model
             default = (arm_for(arm, rates, model), round(rate_for(rates, model), 6))
             if judged["runs"].get("{}@{}".format(*default)) != reported["default"]:
-                raise SystemExit(f"{commit} did not report the shipped default on {name}")
+                raise SystemExit(f"{commit} did not report its default on {name}")
             held.append((commit, name, judged, reported, default))
             configs = dict.fromkeys([default, *tuned(judged)])
             runs += [Run(a, lr, name, seed) for a, lr in configs for seed in FRESH_SEEDS]

@@ -21,7 +21,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from lab.probes.adaptive_step import grouped, results_at
+from lab.probes.adaptive_step import grouped, results_at, searched_default
 from lab.probes.rate_oracle import HALVES, MULTIPLIERS, passes
 
 Cell = tuple[float | None, float, bool] | None  # (ratio to the best time, final, passing both checks)
@@ -43,14 +43,6 @@ def standing(
         ratio = None if point is None or point["ratio"] is None else round(point["ratio"], 3)
         cells[m] = None if point is None else (ratio, point["final"], fast and high)
     return judged["best_final"], judged["best"], cells
-
-
-def searched_default(summary: dict[str, Any]) -> tuple[str, Any]:
-    """The default a search reported, as (arm, rates) for default_search's ``arm_for`` and ``rate_for``."""
-    rates, caps = summary["default_rate"], summary.get("default_max_step", {})
-    if isinstance(rates, dict):
-        rates = tuple((m, r, caps[m]) if m in caps else (m, r) for m, r in rates.items())
-    return summary["default"], rates
 
 
 def main() -> None:

@@ -41,13 +41,13 @@ def each_run(
 def run_default(
     name: str, seed: int, adapt: Callable[[Strategy], Strategy], *, scale: float = 1.0
 ) -> dict[str, Any]:
-    """The shipped default (the eleventh's choice) on workload ``name`` at ``scale`` × its model's rate, in
+    """The shipped default (``SHIPPED``) on workload ``name`` at ``scale`` × its model's rate, in
     the search's simulator, with every strategy the run builds passed through ``adapt``. It replaces the
     search's ``build`` in this worker process only, and always wraps the first: a worker runs several jobs."""
     import lab.experiments.default_search as search
     from sim.workloads import workload
 
-    arm, rates = search.CANDIDATES[3]
+    arm, rates = search.SHIPPED
     model = workload(name).model
     plain = PLAIN.setdefault("build", search.build)
     search.build = lambda arm, lr: adapt(plain(arm, lr))  # type: ignore[assignment]
