@@ -317,6 +317,22 @@ SUITE: tuple[Workload, ...] = (
              split_seed=152, gradients=6000),
     Workload("dirichlet0.1-cnn-iprof-30x", "dirichlet-0.1", batch=None, speed_spread=30.0, data_seed=153,
              split_seed=153),
+    # the nineteenth held-back half, drawn before any run on it once the eighteenth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 19 154`
+    Workload("labels4-mlp-100dev-even", "labels-4", devices=100, model="mlp", speed_spread=1.0, data_seed=154,
+             split_seed=154, gradients=10000),
+    Workload("labels1-cnn-iprof", "labels-1", batch=None, data_seed=155, split_seed=155),
+    Workload("labels1-mlp-100dev-iprof-even", "labels-1", devices=100, model="mlp", batch=None,
+             speed_spread=1.0, data_seed=156, split_seed=156, gradients=10000),
+    Workload("dirichlet10-cnn-iprof-shuffled", "dirichlet-10", batch=None, speed_order="shuffled",
+             data_seed=157, split_seed=157),
+    Workload("labels1-logreg-100dev-even", "labels-1", devices=100, model="logreg", speed_spread=1.0,
+             data_seed=158, split_seed=158, gradients=10000),
+    Workload("adjacent-mlp-100dev-iprof-30x", "adjacent", devices=100, model="mlp", batch=None,
+             speed_spread=30.0, data_seed=159, split_seed=159, gradients=10000),
+    Workload("dirichlet10-logreg-100dev-iprof", "dirichlet-10", devices=100, model="logreg", batch=None,
+             data_seed=160, split_seed=160, gradients=10000),
+    Workload("adjacent-cnn-iprof", "adjacent", batch=None, data_seed=161, split_seed=161),
 )
 # fmt: on
 
