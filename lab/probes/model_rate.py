@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from lab.probes.adaptive_step import grouped, results_at, searched_default
-from lab.probes.rate_oracle import HALVES, MULTIPLIERS, passes
+from lab.probes.rate_oracle import ELEVENTHS, MULTIPLIERS, passes
 
 Cell = tuple[float | None, float, bool] | None  # (ratio to the best time, final, passing both checks)
 
@@ -53,7 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--multipliers", default="0.7,1.4", help="the rates to add, as × the reported one")
     parser.add_argument("--models", default="mnist_cnn,mlp,logreg")
-    parser.add_argument("--searches", default=",".join(HALVES.values()), help="the searches' commits")
+    parser.add_argument("--searches", default=",".join(ELEVENTHS), help="the searches' commits")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     added = [float(m) for m in args.multipliers.split(",")]

@@ -1,12 +1,12 @@
 """Issue 28: how far could a rule that sets the default's rate per workload go?
 
 Each default search reports, on its held-back half, the shipped default at ×0.25 to ×4 of its rate
-beside the tuned baselines. From the eleventh search on the default is the same (the eleventh's choice),
-so its held-back halves (``HALVES``) read as one table: for each constant multiplier, the workloads
-where it reaches the target within 1.1x of the best tuned time and ends within 0.5 points of the best
-final; and for the best multiplier of each workload (an oracle, which no rule knows in advance), how
-many a perfect per-workload rate would pass. The gap between the two is what an adaptive rate has to
-close; what the oracle still misses, a rate cannot.
+beside the tuned baselines. From the eleventh search on the default is one strategy (the eleventh's
+choice; from the seventeenth, the CNN at 0.7x its rate), so its held-back halves (``HALVES``) read as one
+table: for each constant multiplier, the workloads where it reaches the target within 1.1x of the best
+tuned time and ends within 0.5 points of the best final; and for the best multiplier of each workload (an
+oracle, which no rule knows in advance), how many a perfect per-workload rate would pass. The gap between
+the two is what an adaptive rate has to close; what the oracle still misses, a rate cannot.
 
 Reads the results files at the searches' commits; runs nothing. ``python -m lab.probes.rate_oracle
 --figure docs/results/default-rate-oracle.png`` also draws the table: a workload a row, a multiplier a column.
@@ -20,10 +20,13 @@ from typing import Any
 
 from lab.probes.adaptive_step import results_at
 
-# the searches that reported the eleventh's default on a held-back half: the eleventh to the sixteenth
+# the searches that reported the shipped default on a held-back half: the eleventh's default from the eleventh
+# to the sixteenth, then the same with the CNN at 0.84 (0.7x), so a CNN's multipliers from "17" on are of 0.84
 HALVES = {
     "11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2",
+    "17": "60fd943", "18": "77f2491",
 }  # fmt: skip
+ELEVENTHS = tuple(HALVES[h] for h in ("11", "12", "13", "14", "15", "16"))  # the eleventh's default's halves
 MULTIPLIERS = ("0.25", "0.5", "1.0", "2.0", "4.0")
 
 
