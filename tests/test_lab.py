@@ -250,3 +250,15 @@ def test_a_search_s_default_is_read_from_its_results_file():
     }
     assert searched_default(reported) == ("a", (("mnist_cnn", 0.84, 0.03), ("logreg", 1.2)))
     assert searched_default({"default": "a", "default_rate": 0.3}) == ("a", 0.3)
+
+
+def test_the_spread_rule_raises_the_rate_only_where_the_staleness_spreads():
+    from lab.probes.spread_rate import dispersion, spread_factor
+
+    equal = [19, 20, 20, 21, 20] * 40  # equal task times: every gradient about τ̄ old
+    spread = list(range(4, 44)) * 5  # a 30x spread: fresh gradients from the fast, stale from the slow
+    assert dispersion(equal) < 0.2 and spread_factor(equal, 1.0, 2.0) == 1.0
+    assert dispersion(spread) == pytest.approx((39.1 - 7.9) / 23.5, abs=0.01)
+    assert spread_factor(spread, 1.0, 2.0) == pytest.approx(dispersion(spread))
+    assert spread_factor(spread, 0.5, 2.0) == 2.0  # bounded
+    assert spread_factor(spread[:199], 0.5, 2.0) == 1.0  # not before the window is full
