@@ -157,6 +157,31 @@ def test_concurrency_scale_leaves_the_rate_alone_up_to_its_reference_then_shrink
     assert restored.factor() == pytest.approx(0.25)
 
 
+def test_concurrency_scale_reads_a_spread_staleness_as_up_to_half_as_stale_for_the_rate_alone():
+    from server.strategies.fairness import ConcurrencyScale
+
+    def scale(staleness: list[int]) -> ConcurrencyScale:
+        strategy = ConcurrencyScale(
+            FedBuff(learning_rate=1.0, k=1000), reference=5.0, window=200, cap_reference=6.0, spread=1.0
+        )
+        for tau in staleness:
+            strategy.receive(stale("a", tau))
+        return strategy
+
+    equal = scale([19, 20, 20, 21, 20] * 40)  # equal task times: as without the spread
+    assert equal.spread_factor() == 1.0 and equal.factor() == pytest.approx(5 / 20)
+    spread = scale(list(range(4, 44)) * 5)  # a 30x speed spread: p10 7.9, p50 23.5, p90 39.1
+    assert spread.spread_factor() == pytest.approx((39.1 - 7.9) / 23.5, abs=1e-3)
+    assert spread.factor() == pytest.approx(5 * spread.spread_factor() / 23.5, abs=1e-3)
+    assert spread.cap_factor() == pytest.approx(6 / 23.5)  # the step cap reads τ̄ as it is
+    assert spread.describe()["staleness_spread_factor"] == pytest.approx(1.3277, abs=1e-3)
+    widest = scale([1] * 80 + [10] * 40 + [100] * 80)  # D = 9.9, bounded by 2
+    assert widest.spread_factor() == 2.0
+    assert scale(list(range(4, 44)) * 4).spread_factor() == 1.0  # 160 arrivals: not before the window is full
+    small = scale([0, 1, 2, 3, 4] * 40)  # a small fleet, τ̄ under the reference: the rate as set
+    assert small.factor() == 1.0
+
+
 def test_the_default_shrinks_its_step_on_a_crowded_fleet_and_not_on_a_small_one():
     strategy = make_strategy("fedbuff-equal")
     for _ in range(200):

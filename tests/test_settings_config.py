@@ -83,6 +83,7 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
         "share_window": 200,
         "concurrency_reference": 5.0,
         "cap_reference": 6.0,
+        "concurrency_spread": 1.0,
         "serving_average": 0.9,
         "sample_weight": 0.5,
     }
@@ -94,7 +95,7 @@ def test_defaults_are_the_strategies_own_and_the_shipped_default_is_unchanged():
     assert isinstance(served, ServingAverage) and served.decay == 0.9
     crowd = served.inner
     assert isinstance(crowd, ConcurrencyScale) and crowd.reference == 5.0 and crowd.power == 1.0
-    assert crowd.cap_reference == 6.0
+    assert crowd.cap_reference == 6.0 and crowd.spread == 1.0
     warm_up = crowd.inner
     assert isinstance(warm_up, WarmUp) and warm_up.gradients == 200
     assert isinstance(warm_up.inner, ClipNorm) and warm_up.inner.factor == 2.0 and warm_up.inner.until is None

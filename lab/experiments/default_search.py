@@ -44,7 +44,10 @@ HELD_BACK_SEEDS = (2, 3, 4)
 FRESH_SEEDS = (6, 7, 8)  # seeds no search ran a workload on (the choice half runs on 1 and 5)
 RATE_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0)
 # fedbuff-equal with every wrapper a search added switched off: each arm below names what it switches on
-OFF = {"concurrency_reference": None, "cap_reference": None, "serving_average": None, "sample_weight": None}
+OFF = {
+    "concurrency_reference": None, "cap_reference": None, "concurrency_spread": None, "serving_average": None,
+    "sample_weight": None,
+}  # fmt: skip
 # arm → (registered strategy, its settings beyond the rate)
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dynsgd": ("dynsgd", {}),
@@ -111,6 +114,19 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
         )
         for p in (0.5, 1.0)
     },
+    # the nineteenth (2026-12-01): the same with the concurrency scale reading τ̄ over the staleness's spread
+    # (ConcurrencyScale.spread; lab/probes/spread_rate.py)
+    "fedbuff-equal-ccap6-ref5-avg-sw0.5-spread1": (
+        "fedbuff-equal",
+        {
+            **OFF,
+            "concurrency_reference": 5.0,
+            "cap_reference": 6.0,
+            "concurrency_spread": 1.0,
+            "serving_average": 0.9,
+            "sample_weight": 0.5,
+        },
+    ),
     "dynsgd-equal": ("dynsgd-equal", {}),  # DynSGD dampened by the fleet's staleness, equal shares
 }
 BASELINES = (("dynsgd", 0.2), ("dynsgd", 0.4), ("fedbuff", 0.2), ("fedbuff", 0.4), ("dynsgd-clip", 0.5))
@@ -147,8 +163,9 @@ CANDIDATES: tuple[tuple[str, Rates], ...] = (
     ("fedbuff-equal-ccap6-ref5-avg-sw1.0", DOUBLED),
     ("fedbuff-equal-ccap6-ref5-avg-sw0.5", CNN_DOUBLED),
     ("fedbuff-equal-ccap6-ref5-avg-sw0.5", CNN_07),
+    ("fedbuff-equal-ccap6-ref5-avg-sw0.5-spread1", CNN_07),
 )
-SHIPPED = CANDIDATES[4]  # the default a deployment runs: the eleventh's, [3], with the CNN at 0.84
+SHIPPED = CANDIDATES[5]  # what a deployment runs: the seventeenth's, [4], reading the staleness's spread
 # With equal batches every sample weight is exactly 1 (SampleWeight), so the candidates are one strategy on
 # every fixed-batch workload: only I-Prof-sized batches can tell them apart
 IPROF_CHOICE: tuple[str, ...] = tuple(name for name in SEEN if workload(name).batch is None)
@@ -273,7 +290,7 @@ class SearchPlan(Plan):
     held_back: tuple[str, ...] = HELD_BACK
     baselines: tuple[tuple[str, float], ...] = BASELINES
     choice_baselines: tuple[tuple[str, float], ...] | None = ()  # None: the baselines
-    candidates: tuple[tuple[str, Rates], ...] = (SHIPPED,)  # the seventeenth's: the shipped default, checked
+    candidates: tuple[tuple[str, Rates], ...] = (SHIPPED,)  # the nineteenth's: the shipped default, checked
     rate_factors: tuple[float, ...] = RATE_FACTORS
     cause: str = "adjacent-mlp"  # a choice workload where the old default plateaus
     gradients: int | None = None  # None: each workload's own length

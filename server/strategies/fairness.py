@@ -116,6 +116,12 @@ class ConcurrencyScaleSettings(WrapperSettings):
     cap_reference: float | None = Field(
         None, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
     )
+    spread: float | None = Field(
+        None,
+        gt=0,
+        description="past this spread of the staleness, (p90 − p10) / p50, the rate reads τ̄ over"
+        " spread / this, at most 2 (unset: never)",
+    )
 
 
 class ConcurrencyScale(StrategyWrapper):
@@ -128,7 +134,13 @@ class ConcurrencyScale(StrategyWrapper):
     With ``cap_reference`` the step cap (``Strategy.max_step``) shrinks too, by ``cap_reference`` / τ̄ past it:
     a gradient is computed τ̄ updates back, so the model may drift τ̄ capped steps under it, and bounding
     that drift, not each step, is what keeps it stable. The fifth search's cap, fixed, let 100 devices
-    collapse at 2x the rate (issue 28)."""
+    collapse at 2x the rate (issue 28).
+
+    With ``spread`` the rate (not the cap) reads τ̄ / s, s = (p90 − p10) / p50 of the window's staleness over
+    ``spread``, within [1, 2], once the window is full: with equal task times every gradient is about τ̄
+    old, with a 30x speed spread most come from fast devices a few updates old, and such fleets took twice
+    the rate at which equal-time ones collapse (issue 28's twenty-first probe). Never above the rate
+    itself."""
 
     settings = ConcurrencyScaleSettings
 
@@ -140,14 +152,23 @@ class ConcurrencyScale(StrategyWrapper):
         power: float = 1.0,
         window: int = 200,
         cap_reference: float | None = None,
+        spread: float | None = None,
     ) -> None:
         super().__init__(inner)
         self.reference, self.power, self.window, self.cap_reference = reference, power, window, cap_reference
+        self.spread = spread
         self.recent: deque[int] = deque(maxlen=window)
 
     def factor(self) -> float:
         """What the rate is multiplied by now."""
-        return min(1.0, (self.reference / self.typical()) ** self.power)
+        return min(1.0, (self.reference * self.spread_factor() / self.typical()) ** self.power)
+
+    def spread_factor(self) -> float:
+        """s: how many times τ̄ overstates the delay that bounds the rate (1 without ``spread``)."""
+        if self.spread is None or len(self.recent) < self.window:
+            return 1.0
+        p10, p50, p90 = np.percentile(np.fromiter(self.recent, float), [10, 50, 90])
+        return float(min(2.0, max(1.0, (p90 - p10) / max(p50, 1.0) / self.spread)))
 
     def cap_factor(self) -> float:
         """What the step cap is multiplied by now."""
@@ -173,6 +194,8 @@ class ConcurrencyScale(StrategyWrapper):
 
     def describe(self) -> dict[str, Any]:
         figures = {**super().describe(), "concurrency_factor": round(self.factor(), 4)}
+        if self.spread is not None:
+            figures["staleness_spread_factor"] = round(self.spread_factor(), 4)
         if self.cap_reference is not None and self.max_step is not None:
             figures["max_step_now"] = round(self.max_step * self.cap_factor(), 6)
         return figures

@@ -57,6 +57,12 @@ class FedBuffEqualSettings(StrategySettings):
     cap_reference: float | None = Field(
         6.0, gt=0, description="past this median staleness the step cap shrinks as 1/τ (unset: fixed)"
     )
+    concurrency_spread: float | None = Field(
+        1.0,
+        gt=0,
+        description="past this spread of the staleness, (p90 − p10) / p50, the rate's τ̄ is read over"
+        " spread / this, at most 2 (unset: never)",
+    )
     serving_average: float | None = Field(
         0.9,
         ge=0,
@@ -88,6 +94,7 @@ class FedBuffEqual(EqualShare):
         share_window: int = 200,
         concurrency_reference: float | None = 5.0,
         cap_reference: float | None = 6.0,
+        concurrency_spread: float | None = 1.0,
         serving_average: float | None = 0.9,
         sample_weight: float | None = 0.5,
     ) -> None:
@@ -95,7 +102,12 @@ class FedBuffEqual(EqualShare):
         clipped = ClipNorm(inner, factor=clip_factor, until=clip_gradients)
         warmed: Strategy = WarmUp(clipped, gradients=warmup_gradients)
         if concurrency_reference is not None:
-            warmed = ConcurrencyScale(warmed, reference=concurrency_reference, cap_reference=cap_reference)
+            warmed = ConcurrencyScale(
+                warmed,
+                reference=concurrency_reference,
+                cap_reference=cap_reference,
+                spread=concurrency_spread,
+            )
         if serving_average is not None:
             warmed = ServingAverage(warmed, decay=serving_average)
         if sample_weight is not None:
