@@ -23,7 +23,11 @@ ninth chose to weigh each gradient by the square root of its batch over the rece
 batches every weight is exactly 1), over the eighth's default and weighing by the batch itself. The
 eleventh doubled the CNN's rate to 1.2: it ended higher on 25 of the 29 CNN workloads seen; a probe set it
 to 0.84 (its manifest's), which passed the issue's checks on 14 of the 18 CNN workloads held back since,
-against 7 at 1.2, and the seventeenth checked it.
+against 7 at 1.2, and the seventeenth checked it. Past a spread of the staleness, (p90 − p10) / p50, of 1
+the concurrency scale reads τ̄ over it for the rate, at most halved (``concurrency_spread``): fleets with a
+30x speed spread took twice the rate at which equal-time ones collapse; the twenty-first probe chose it (10
+of the 15 seen 100- and 1,000-device fixed-batch fleets passing the issue's checks, against 5), and the
+nineteenth search checked it.
 """
 
 from __future__ import annotations
