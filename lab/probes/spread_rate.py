@@ -12,17 +12,19 @@ its model's rate, with D = (p90 − p10) / p50 of the last 200 arrivals' stalene
 max(1, D / ``d0``)) once 200 have arrived (1 before: the first arrivals' staleness climbs from 0 and
 spreads whatever the fleet):
 
-* ``shipped``: as shipped;
-* ``spread-D0-MOST``: the rate (not the step cap) × s, on any fleet (its first run: it also slowed the
-  20-device fleets, where the concurrency scale is off, and it counted from the first arrival);
-* ``relax-D0-MOST``: the concurrency scale reads τ̄ / s for the rate (not the step cap), so a fleet whose
-  staleness spreads steps up to s× as far but never further than the rate itself: 20-device fleets
-  (τ̄ under 5) are as shipped;
+* ``off``: the concurrency scale as the seventeenth shipped it (τ̄ as it is);
+* ``spread-D0-MOST``: that, and the rate (not the step cap) × s, on any fleet (its first run: it also
+  slowed the 20-device fleets, where the concurrency scale is off, and it counted from the first arrival);
+* ``relax-D0``: the concurrency scale reads τ̄ / s for the rate (not the step cap), ``most`` 2, so a fleet
+  whose staleness spreads steps up to twice as far but never further than the rate itself: 20-device
+  fleets (τ̄ under 5) are as ``off``. The default since the nineteenth search: ``ConcurrencyScale.spread``,
+  which this rule sets (``relax-1`` is the default);
 
-each run also reports its arrivals' staleness percentiles, D and the mean factor over the run's second half.
+each run also reports its arrivals' staleness percentiles and D over the run's second half, and under
+``spread`` the mean s.
 
 Judged against the search that reported each workload. Not an experiment (no results file): one JSON line
-per run. ``python -m lab.probes.spread_rate dirichlet0.5-mlp-100dev-30x --rules spread-1-2 --seeds 2``.
+per run. ``python -m lab.probes.spread_rate dirichlet0.5-mlp-100dev-30x --rules off,relax-1 --seeds 2``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from lab.probes.rule_jobs import report, rule_jobs, run_default
-from lab.probes.staleness_quantile import concurrency_scale
+from lab.probes.staleness_quantile import concurrency_scale, record_staleness
 from server.strategies.base import Strategy
 
 
@@ -49,31 +51,23 @@ def spread_factor(staleness: Any, d0: float, most: float, *, window: int = 200) 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     name, rule, seed = job
+    kind, *values = rule.split("-")
     seen: list[int] = []
     factors: list[float] = []
 
     def adapt(strategy: Strategy) -> Strategy:
         layer = concurrency_scale(strategy)
-        shipped_factor, receive = layer.factor, layer.receive
+        layer.spread = float(values[0]) if kind == "relax" else None
+        if kind == "spread":
+            d0, most = (float(v) for v in values)
+            plain = layer.factor
 
-        def factor() -> float:
-            if rule == "shipped":
-                return shipped_factor()
-            kind, d0, most = rule.split("-")
-            raised = spread_factor(layer.recent, float(d0), float(most), window=layer.window)
-            if kind == "spread":
-                factors.append(raised)
-                return shipped_factor() * raised
-            relaxed = min(1.0, (layer.reference * raised / layer.typical()) ** layer.power)
-            factors.append(relaxed / shipped_factor())
-            return relaxed
+            def factor() -> float:
+                factors.append(spread_factor(layer.recent, d0, most, window=layer.window))
+                return plain() * factors[-1]
 
-        def counted(arrival: Any) -> float:
-            seen.append(arrival.staleness)
-            return receive(arrival)
-
-        layer.factor = factor  # type: ignore[method-assign]
-        layer.receive = counted  # type: ignore[method-assign]
+            layer.factor = factor  # type: ignore[method-assign]
+        record_staleness(layer, seen)
         return strategy
 
     output = run_default(name, seed, adapt)
@@ -81,13 +75,14 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "p10_50_90": np.percentile(late, [10, 50, 90]).round(1).tolist() if late else [],
         "dispersion": round(dispersion(late), 2) if late else None,
-        "mean_factor": round(float(np.mean(factors[len(factors) // 2 :])), 2) if factors else 1.0,
     }
+    if factors:
+        figures["mean_factor"] = round(float(np.mean(factors[len(factors) // 2 :])), 2)
     return output | {"staleness": figures}
 
 
 def main() -> None:
-    args, jobs = rule_jobs(__doc__ or "", "shipped,spread-1-2")
+    args, jobs = rule_jobs(__doc__ or "", "off,relax-1")
     report(probe, jobs, args.workers, lambda output: {"staleness": output["staleness"]})
 
 

@@ -12,7 +12,8 @@ governs stability. A lower quantile tells the two apart. Rules, each the shipped
 rate:
 
 * ``q-P``: τ̄ is the P-quantile of the last 200 arrivals' staleness instead of the median (``q-0.5``: the
-  shipped default), for the rate and the step cap alike;
+  default as it was, before the nineteenth search read the staleness's spread), for the rate and the step
+  cap alike;
 
 each run also reports the staleness of its arrivals (the 10th, 25th, 50th and 90th percentiles, the mean).
 
@@ -40,6 +41,17 @@ def concurrency_scale(strategy: Strategy) -> ConcurrencyScale:
     return layer
 
 
+def record_staleness(layer: ConcurrencyScale, seen: list[int]) -> None:
+    """Note each arrival's staleness in ``seen`` as ``layer`` receives it."""
+    receive = layer.receive
+
+    def counted(arrival: Arrival) -> float:
+        seen.append(arrival.staleness)
+        return receive(arrival)
+
+    layer.receive = counted  # type: ignore[method-assign]
+
+
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     name, rule, seed = job
     quantile = float(rule.split("-")[1])
@@ -47,17 +59,13 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
     def adapt(strategy: Strategy) -> Strategy:
         layer = concurrency_scale(strategy)
-        receive = layer.receive
+        layer.spread = None  # the rule reads τ̄ from its quantile alone, as the default did then
 
         def typical() -> float:
             return max(float(np.quantile(layer.recent, quantile)) if layer.recent else 0.0, 1e-9)
 
-        def counted(arrival: Arrival) -> float:
-            seen.append(arrival.staleness)
-            return receive(arrival)
-
         layer.typical = typical  # type: ignore[method-assign]
-        layer.receive = counted  # type: ignore[method-assign]
+        record_staleness(layer, seen)
         return strategy
 
     output = run_default(name, seed, adapt)
