@@ -253,7 +253,8 @@ def test_a_search_s_default_is_read_from_its_results_file():
 
 
 def test_the_spread_rule_raises_the_rate_only_where_the_staleness_spreads():
-    from lab.probes.spread_rate import dispersion, spread_factor
+    from lab.probes.spread_rate import spread_factor
+    from server.strategies.fairness import staleness_spread as dispersion
 
     equal = [19, 20, 20, 21, 20] * 40  # equal task times: every gradient about τ̄ old
     spread = list(range(4, 44)) * 5  # a 30x spread: fresh gradients from the fast, stale from the slow

@@ -8,9 +8,9 @@ equal task times every gradient is about τ̄ updates old, with a 30x spread mos
 few updates old and a few from slow ones many updates old (the nineteenth probe: p10-p90 of 17-22 against
 6-39 at 100 devices). The nineteenth read the concurrency scale from a lower quantile, which raised the
 rate on every fleet with any spread and collapsed the 1,000-device ones. Rules, each the shipped default at
-its model's rate, with D = (p90 − p10) / p50 of the last 200 arrivals' staleness and s = min(``most``,
-max(1, D / ``d0``)) once 200 have arrived (1 before: the first arrivals' staleness climbs from 0 and
-spreads whatever the fleet):
+its model's rate, with D = (p90 − p10) / p50 of the last 200 arrivals' staleness (``staleness_spread``)
+and s = min(``most``, max(1, D / ``d0``)) once 200 have arrived (1 before: the first arrivals' staleness
+climbs from 0 and spreads whatever the fleet):
 
 * ``off``: the concurrency scale as the seventeenth shipped it (τ̄ as it is);
 * ``spread-D0-MOST``: that, and the rate (not the step cap) × s, on any fleet (its first run: it also
@@ -36,17 +36,12 @@ import numpy as np
 from lab.probes.rule_jobs import report, rule_jobs, run_default
 from lab.probes.staleness_quantile import concurrency_scale, record_staleness
 from server.strategies.base import Strategy
-
-
-def dispersion(staleness: Any) -> float:
-    """(p90 − p10) / p50 of the staleness seen: near 0 with equal task times, about 2 with a 30x spread."""
-    p10, p50, p90 = np.percentile(np.asarray(staleness, dtype=float), [10, 50, 90])
-    return float((p90 - p10) / max(p50, 1.0))
+from server.strategies.fairness import staleness_spread
 
 
 def spread_factor(staleness: Any, d0: float, most: float, *, window: int = 200) -> float:
     """What a rule scales by: D / ``d0`` within [1, ``most``] once ``window`` arrivals are in (1 before)."""
-    return 1.0 if len(staleness) < window else min(most, max(1.0, dispersion(staleness) / d0))
+    return 1.0 if len(staleness) < window else min(most, max(1.0, staleness_spread(staleness) / d0))
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
@@ -74,7 +69,7 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     late = seen[len(seen) // 2 :]
     figures: dict[str, Any] = {
         "p10_50_90": np.percentile(late, [10, 50, 90]).round(1).tolist() if late else [],
-        "dispersion": round(dispersion(late), 2) if late else None,
+        "dispersion": round(staleness_spread(late), 2) if late else None,
     }
     if factors:
         figures["mean_factor"] = round(float(np.mean(factors[len(factors) // 2 :])), 2)
