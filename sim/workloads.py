@@ -333,6 +333,23 @@ SUITE: tuple[Workload, ...] = (
     Workload("dirichlet10-logreg-100dev-iprof", "dirichlet-10", devices=100, model="logreg", batch=None,
              data_seed=160, split_seed=160, gradients=10000),
     Workload("adjacent-cnn-iprof", "adjacent", batch=None, data_seed=161, split_seed=161),
+    # the twentieth held-back half, drawn before any run on it once the nineteenth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 20 162`
+    Workload("labels2-cnn-batch32-30x-shuffled", "labels-2", batch=32, speed_spread=30.0,
+             speed_order="shuffled", data_seed=162, split_seed=162, gradients=6000),
+    Workload("dirichlet0.5-mlp-100dev-iprof-even", "dirichlet-0.5", devices=100, model="mlp", batch=None,
+             speed_spread=1.0, data_seed=163, split_seed=163, gradients=10000),
+    Workload("adjacent-mlp-1000dev-30x-shuffled", "adjacent", devices=1000, model="mlp", speed_spread=30.0,
+             speed_order="shuffled", data_seed=164, split_seed=164, gradients=8000),
+    Workload("labels4-logreg-100dev-iprof-even", "labels-4", devices=100, model="logreg", batch=None,
+             speed_spread=1.0, data_seed=165, split_seed=165, gradients=10000),
+    Workload("labels1-cnn-even", "labels-1", speed_spread=1.0, data_seed=166, split_seed=166),
+    Workload("labels2-mlp-1000dev-iprof-even", "labels-2", devices=1000, model="mlp", batch=None,
+             speed_spread=1.0, data_seed=167, split_seed=167, gradients=8000),
+    Workload("dirichlet0.1-logreg-100dev-iprof-shuffled", "dirichlet-0.1", devices=100, model="logreg",
+             batch=None, speed_order="shuffled", data_seed=168, split_seed=168, gradients=10000),
+    Workload("dirichlet0.1-cnn-batch32-shuffled", "dirichlet-0.1", batch=32, speed_order="shuffled",
+             data_seed=169, split_seed=169, gradients=6000),
 )
 # fmt: on
 

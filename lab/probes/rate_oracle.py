@@ -21,10 +21,11 @@ from typing import Any
 from lab.probes.adaptive_step import results_at
 
 # the searches that reported the shipped default on a held-back half: the eleventh's default from the eleventh
-# to the sixteenth, then the same with the CNN at 0.84 (0.7x), so a CNN's multipliers from "17" on are of 0.84
+# to the sixteenth, then the same with the CNN at 0.84 (0.7x), so a CNN's multipliers from "17" on are of
+# 0.84; from "19" the concurrency scale reads the staleness's spread as well
 HALVES = {
     "11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2",
-    "17": "60fd943", "18": "77f2491",
+    "17": "60fd943", "18": "77f2491", "19": "ba05e1a",
 }  # fmt: skip
 ELEVENTHS = tuple(HALVES[h] for h in ("11", "12", "13", "14", "15", "16"))  # the eleventh's default's halves
 MULTIPLIERS = ("0.25", "0.5", "1.0", "2.0", "4.0")
