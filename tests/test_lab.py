@@ -263,3 +263,15 @@ def test_the_spread_rule_raises_the_rate_only_where_the_staleness_spreads():
     assert spread_factor(spread, 1.0, 2.0) == pytest.approx(dispersion(spread))
     assert spread_factor(spread, 0.5, 2.0) == 2.0  # bounded
     assert spread_factor(spread[:199], 0.5, 2.0) == 1.0  # not before the window is full
+
+
+def test_the_late_rate_probe_multiplies_only_past_its_start():
+    from lab.probes.late_rate import multiplier
+
+    assert multiplier("off", 5000, 6000) == 1.0
+    assert multiplier("late-0.5-4", 2999, 6000) == 1.0 and multiplier("late-0.5-4", 3000, 6000) == 4.0
+    assert multiplier("ramp-0.5-4", 3000, 6000) == 1.0
+    assert multiplier("ramp-0.5-4", 4500, 6000) == pytest.approx(2.5)
+    assert multiplier("ramp-0.5-4", 6000, 6000) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="late-F-M"):
+        multiplier("step-0.5-4", 4000, 6000)
