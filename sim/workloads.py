@@ -350,6 +350,24 @@ SUITE: tuple[Workload, ...] = (
              batch=None, speed_order="shuffled", data_seed=168, split_seed=168, gradients=10000),
     Workload("dirichlet0.1-cnn-batch32-shuffled", "dirichlet-0.1", batch=32, speed_order="shuffled",
              data_seed=169, split_seed=169, gradients=6000),
+    # the twenty-first held-back half, drawn before any run on it once the twentieth had been reported
+    # (2026-12-01): `python -m sim.workload_draw 21 170`
+    Workload("dirichlet10-mlp-even", "dirichlet-10", model="mlp", speed_spread=1.0, data_seed=170,
+             split_seed=170),
+    Workload("dirichlet0.1-cnn-batch32", "dirichlet-0.1", batch=32, data_seed=171, split_seed=171,
+             gradients=6000),
+    Workload("dirichlet0.5-cnn-batch32-shuffled", "dirichlet-0.5", batch=32, speed_order="shuffled",
+             data_seed=172, split_seed=172, gradients=6000),
+    Workload("dirichlet0.1-logreg-batch32-30x-shuffled", "dirichlet-0.1", model="logreg", batch=32,
+             speed_spread=30.0, speed_order="shuffled", data_seed=173, split_seed=173, gradients=6000),
+    Workload("adjacent-logreg-100dev-even", "adjacent", devices=100, model="logreg", speed_spread=1.0,
+             data_seed=174, split_seed=174, gradients=10000),
+    Workload("labels1-mlp-100dev-iprof-30x-shuffled", "labels-1", devices=100, model="mlp", batch=None,
+             speed_spread=30.0, speed_order="shuffled", data_seed=175, split_seed=175, gradients=10000),
+    Workload("labels2-mlp-batch32-30x-shuffled", "labels-2", model="mlp", batch=32, speed_spread=30.0,
+             speed_order="shuffled", data_seed=176, split_seed=176, gradients=6000),
+    Workload("labels1-cnn-30x-shuffled", "labels-1", speed_spread=30.0, speed_order="shuffled", data_seed=177,
+             split_seed=177),
 )
 # fmt: on
 

@@ -30,6 +30,7 @@ from sim.workload_halves import (
     THIRD_HELD_BACK,
     THIRTEENTH_HELD_BACK,
     TWELFTH_HELD_BACK,
+    TWENTIETH_HELD_BACK,
 )
 from sim.workloads import SUITE, workload
 
@@ -80,7 +81,7 @@ def test_the_suite_has_twelve_workloads_or_more_and_two_halves_that_never_mix():
     reported = (FOURTH_HELD_BACK, FIFTH_HELD_BACK, SIXTH_HELD_BACK, SEVENTH_HELD_BACK, EIGHTH_HELD_BACK)
     reported += (NINTH_HELD_BACK, TENTH_HELD_BACK, ELEVENTH_HELD_BACK, TWELFTH_HELD_BACK)
     reported += (THIRTEENTH_HELD_BACK, FOURTEENTH_HELD_BACK, FIFTEENTH_HELD_BACK, SIXTEENTH_HELD_BACK)
-    reported += (SEVENTEENTH_HELD_BACK, EIGHTEENTH_HELD_BACK, NINETEENTH_HELD_BACK)
+    reported += (SEVENTEENTH_HELD_BACK, EIGHTEENTH_HELD_BACK, NINETEENTH_HELD_BACK, TWENTIETH_HELD_BACK)
     seen = {*THIRD_CHOICE, *THIRD_HELD_BACK, *(name for half in reported for name in half)}
     assert set(SEEN) == seen
     assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) <= seen and seen | set(HELD_BACK) == set(names)
@@ -145,16 +146,16 @@ def test_iprof_sized_batches_meet_one_time_slo_and_reach_the_devices():
     assert granted == [batches[0], batches[-1]]
 
 
-def test_the_sixteenth_to_twentieth_held_back_halves_are_the_seeded_draws():
+def test_the_seventeenth_to_twenty_first_held_back_halves_are_the_seeded_draws():
     """sim/workload_draw.py gives each drawn half as the suite holds it, from the suite as it was before."""
     from sim.workload_draw import draw
 
     before = {w.name for w in SUITE if w.name not in HELD_BACK}
-    assert draw(20, 162, before) == [workload(n) for n in HELD_BACK]
+    assert draw(21, 170, before) == [workload(n) for n in HELD_BACK]
+    before -= set(TWENTIETH_HELD_BACK)
+    assert draw(20, 162, before) == [workload(n) for n in TWENTIETH_HELD_BACK]
     before -= set(NINETEENTH_HELD_BACK)
     assert draw(19, 154, before) == [workload(n) for n in NINETEENTH_HELD_BACK]
     before -= set(EIGHTEENTH_HELD_BACK)
     assert draw(18, 146, before) == [workload(n) for n in EIGHTEENTH_HELD_BACK]
-    before -= set(SEVENTEENTH_HELD_BACK)
-    assert draw(17, 138, before) == [workload(n) for n in SEVENTEENTH_HELD_BACK]
-    assert draw(16, 130, before - set(SIXTEENTH_HELD_BACK)) == [workload(n) for n in SIXTEENTH_HELD_BACK]
+    assert draw(17, 138, before - set(SEVENTEENTH_HELD_BACK)) == [workload(n) for n in SEVENTEENTH_HELD_BACK]
