@@ -273,5 +273,6 @@ def test_the_late_rate_probe_multiplies_only_past_its_start():
     assert multiplier("ramp-0.5-4", 3000, 6000) == 1.0
     assert multiplier("ramp-0.5-4", 4500, 6000) == pytest.approx(2.5)
     assert multiplier("ramp-0.5-4", 6000, 6000) == pytest.approx(4.0)
-    with pytest.raises(ValueError, match="late-F-M"):
-        multiplier("step-0.5-4", 4000, 6000)
+    for rule in ("step-0.5-4", "late-0.5"):  # refused whenever asked, not only once past the start
+        with pytest.raises(ValueError, match="late-F-M"):
+            multiplier(rule, 0, 6000)

@@ -28,15 +28,15 @@ def multiplier(rule: str, arrivals: int, gradients: int) -> float:
     kind, *values = rule.split("-")
     if kind == "off":
         return 1.0
+    if kind not in ("late", "ramp") or len(values) != 2:
+        raise ValueError(f"unknown rule {rule!r}: off, late-F-M or ramp-F-M")
     start, most = (float(v) for v in values)
     done = arrivals / gradients
     if done < start:
         return 1.0
     if kind == "late":
         return most
-    if kind == "ramp":
-        return 1.0 + (most - 1.0) * min(1.0, (done - start) / max(1e-9, 1.0 - start))
-    raise ValueError(f"unknown rule {rule!r}: off, late-F-M or ramp-F-M")
+    return 1.0 + (most - 1.0) * min(1.0, (done - start) / max(1e-9, 1.0 - start))
 
 
 def probe(job: tuple[str, str, int]) -> dict[str, Any]:
