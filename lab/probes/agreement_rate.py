@@ -26,15 +26,14 @@ import numpy as np
 
 from lab.probes.adaptive_step import grouped, results_at
 from lab.probes.noise_scale import NoiseScale
+from lab.probes.rate_oracle import HALVES
 from lab.probes.rule_jobs import report, rule_jobs, run_default
 from server.strategies.base import Strategy
 
-# the searches whose results file holds a held-back half reported at the shipped rates' family (the eighth
-# to the twentieth), oldest first: a workload is judged by the last of them that ran it
-SEARCHES = (
-    "b8049ec", "bdba53a", "9bf8594", "8b230ac", "b7b881f", "bec1c0c", "73bcf41", "844d54f", "0359ee2",
-    "60fd943", "77f2491", "ba05e1a", "42f770c",
-)  # fmt: skip
+# the searches whose results file holds a held-back half reported at the shipped rates' family, oldest first:
+# the eighth to the tenth, then the halves the rate oracle reads (one list to extend after each search); a
+# workload is judged by the last of them that ran it
+SEARCHES = ("b8049ec", "bdba53a", "9bf8594", *HALVES.values())
 
 
 class AgreementRate(NoiseScale):

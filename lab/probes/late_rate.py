@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from lab.probes.rule_jobs import report, rule_jobs, run_default
-from lab.probes.staleness_quantile import concurrency_scale
-from server.strategies.base import Arrival, Strategy
+from lab.probes.staleness_quantile import concurrency_scale, record_staleness
+from server.strategies.base import Strategy
 
 
 def multiplier(rule: str, arrivals: int, gradients: int) -> float:
@@ -44,18 +44,13 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
 
     name, rule, seed = job
     gradients = workload(name).gradients
-    arrivals = [0]
+    seen: list[int] = []  # one staleness an arrival: its length counts them
 
     def adapt(strategy: Strategy) -> Strategy:
         layer = concurrency_scale(strategy)
-        plain_factor, plain_receive = layer.factor, layer.receive
-
-        def receive(arrival: Arrival) -> float:
-            arrivals[0] += 1
-            return plain_receive(arrival)
-
-        layer.factor = lambda: plain_factor() * multiplier(rule, arrivals[0], gradients)  # type: ignore[method-assign]
-        layer.receive = receive  # type: ignore[method-assign]
+        plain = layer.factor
+        layer.factor = lambda: plain() * multiplier(rule, len(seen), gradients)  # type: ignore[method-assign]
+        record_staleness(layer, seen)
         return strategy
 
     return run_default(name, seed, adapt)
