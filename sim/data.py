@@ -152,15 +152,20 @@ def partition_dirichlet(
     if devices * min_size > len(labels):
         raise ValueError(f"{devices} devices of at least {min_size} examples need more than {len(labels)}")
     for _ in range(1000):
-        parts: list[list[np.ndarray]] = [[] for _ in range(devices)]
+        draws = []  # each class's examples in a random order, and where the devices' pieces of them end
+        sizes = np.zeros(devices, dtype=int)
         for c in np.unique(labels):
             pool = rng.permutation(np.flatnonzero(labels == c))
             cuts = (np.cumsum(rng.dirichlet(np.full(devices, alpha)))[:-1] * len(pool)).astype(int)
+            draws.append((pool, cuts))
+            sizes += np.diff(cuts, prepend=0, append=len(pool))
+        if sizes.min() < min_size:
+            continue  # counted before any split: a 1,000-device draw can be redrawn hundreds of times
+        parts: list[list[np.ndarray]] = [[] for _ in range(devices)]
+        for pool, cuts in draws:
             for d, piece in enumerate(np.split(pool, cuts)):
                 parts[d].append(piece)
-        shards = [np.sort(np.concatenate(p)) for p in parts]
-        if min(len(s) for s in shards) >= min_size:
-            return shards
+        return [np.sort(np.concatenate(p)) for p in parts]
     raise ValueError(f"no Dirichlet({alpha}) split gave every one of {devices} devices {min_size} examples")
 
 

@@ -77,6 +77,34 @@ def draw(seed: int, first_data_seed: int, taken: Set[str]) -> list[Workload]:
     return drawn
 
 
+def draw_spread_kind(seed: int, first_data_seed: int, taken: Set[str], count: int = 8) -> list[Workload]:
+    """``count`` fleets of the kind the spread rule acts on (an MLP of 100 or 1,000 devices or a logistic
+    regression of 100, a fixed batch, a 30x speed spread), none of them a workload of ``taken``, named
+    "fresh-" and the suite's name, data and split seeds from ``first_data_seed`` on: for a probe that wants
+    fleets of one kind no half has held (issue 28's twenty-third)."""
+    rng = random.Random(seed)
+    taken = set(taken)
+    drawn: list[Workload] = []
+    for i in range(count):
+        while True:
+            model = rng.choice(("mlp", "mlp", "logreg"))
+            split, batch = rng.choice(SPLITS), rng.choice((100, 32))
+            devices, order = (
+                rng.choice((100, 1000) if model == "mlp" else (100,)),
+                rng.choice(("split", "shuffled")),
+            )
+            name = named(split, model, devices, batch, 30.0, order)
+            seed_i = first_data_seed + i
+            w = Workload(f"fresh-{name}", split, devices=devices, model=model, batch=batch, speed_spread=30.0,
+                         speed_order=order, data_seed=seed_i, split_seed=seed_i,
+                         gradients=length(devices, batch))  # fmt: skip
+            if name not in taken and splittable(w):
+                break
+        taken.add(name)
+        drawn.append(w)
+    return drawn
+
+
 def entry(w: Workload) -> str:
     """``w`` as a sim/workloads.py line, the defaults left out."""
     defaults = Workload(w.name, w.split)
@@ -85,8 +113,9 @@ def entry(w: Workload) -> str:
     return f"Workload({w.name!r}, {w.split!r}, {', '.join(fields)}),"
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m sim.workload_draw SEED FIRST_DATA_SEED`
+if __name__ == "__main__":  # pragma: no cover - `python -m sim.workload_draw SEED FIRST_DATA_SEED [spread]`
     from sim.workloads import SUITE
 
-    for w in draw(int(sys.argv[1]), int(sys.argv[2]), {w.name for w in SUITE}):
+    kind = draw_spread_kind if sys.argv[3:] == ["spread"] else draw
+    for w in kind(int(sys.argv[1]), int(sys.argv[2]), {w.name for w in SUITE}):
         print(entry(w))

@@ -369,12 +369,33 @@ SUITE: tuple[Workload, ...] = (
     Workload("labels1-cnn-30x-shuffled", "labels-1", speed_spread=30.0, speed_order="shuffled", data_seed=177,
              split_seed=177),
 )
+# fleets of one kind that no half holds, for a probe that wants fresh data of that kind, never in a search:
+# issue 28's twenty-third probe (lab/probes/spread_fresh.py), `python -m sim.workload_draw 23 5000 spread`
+FRESH_FLEETS: tuple[Workload, ...] = (
+    Workload("fresh-dirichlet10-mlp-100dev-30x-shuffled", "dirichlet-10", devices=100, model="mlp",
+             speed_spread=30.0, speed_order="shuffled", data_seed=5000, split_seed=5000, gradients=10000),
+    Workload("fresh-adjacent-mlp-100dev-batch32-30x", "adjacent", devices=100, model="mlp", batch=32,
+             speed_spread=30.0, data_seed=5001, split_seed=5001, gradients=10000),
+    Workload("fresh-adjacent-mlp-100dev-30x-shuffled", "adjacent", devices=100, model="mlp",
+             speed_spread=30.0, speed_order="shuffled", data_seed=5002, split_seed=5002, gradients=10000),
+    Workload("fresh-labels1-mlp-1000dev-30x-shuffled", "labels-1", devices=1000, model="mlp",
+             speed_spread=30.0, speed_order="shuffled", data_seed=5003, split_seed=5003, gradients=8000),
+    Workload("fresh-labels2-logreg-100dev-batch32-30x-shuffled", "labels-2", devices=100, model="logreg",
+             batch=32, speed_spread=30.0, speed_order="shuffled", data_seed=5004, split_seed=5004,
+             gradients=10000),
+    Workload("fresh-labels4-logreg-100dev-30x", "labels-4", devices=100, model="logreg", speed_spread=30.0,
+             data_seed=5005, split_seed=5005, gradients=10000),
+    Workload("fresh-adjacent-logreg-100dev-batch32-30x", "adjacent", devices=100, model="logreg", batch=32,
+             speed_spread=30.0, data_seed=5006, split_seed=5006, gradients=10000),
+    Workload("fresh-labels1-mlp-100dev-batch32-30x-shuffled", "labels-1", devices=100, model="mlp", batch=32,
+             speed_spread=30.0, speed_order="shuffled", data_seed=5007, split_seed=5007, gradients=10000),
+)
 # fmt: on
 
 
 def workload(name: str) -> Workload:
-    """The suite's workload called ``name`` (ValueError names the known ones)."""
-    for w in SUITE:
+    """The suite's workload called ``name``, or a probe's fresh fleet (ValueError names the suite's)."""
+    for w in (*SUITE, *FRESH_FLEETS):
         if w.name == name:
             return w
     raise ValueError(f"unknown workload {name!r}; known: {', '.join(w.name for w in SUITE)}")

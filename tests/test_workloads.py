@@ -159,3 +159,16 @@ def test_the_seventeenth_to_twenty_first_held_back_halves_are_the_seeded_draws()
     before -= set(EIGHTEENTH_HELD_BACK)
     assert draw(18, 146, before) == [workload(n) for n in EIGHTEENTH_HELD_BACK]
     assert draw(17, 138, before - set(SEVENTEENTH_HELD_BACK)) == [workload(n) for n in SEVENTEENTH_HELD_BACK]
+
+
+def test_the_fresh_fleets_are_the_seeded_draw_of_the_spread_rules_kind():
+    """sim.workloads.FRESH_FLEETS is `python -m sim.workload_draw 23 5000 spread`: fleets the spread rule acts
+    on (fixed batch, 30x, 100 or 1,000 devices), none a workload of the suite, each found by name."""
+    from sim.workload_draw import draw_spread_kind
+    from sim.workloads import FRESH_FLEETS
+
+    assert draw_spread_kind(23, 5000, {w.name for w in SUITE}) == list(FRESH_FLEETS)
+    for w in FRESH_FLEETS:
+        assert w.batch in (32, 100) and w.speed_spread == 30.0 and w.devices in (100, 1000)
+        assert w.name.removeprefix("fresh-") not in {s.name for s in SUITE}
+        assert workload(w.name) is w
