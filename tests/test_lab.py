@@ -276,3 +276,20 @@ def test_the_late_rate_probe_multiplies_only_past_its_start():
     for rule in ("step-0.5-4", "late-0.5"):  # refused whenever asked, not only once past the start
         with pytest.raises(ValueError, match="late-F-M"):
             multiplier(rule, 0, 6000)
+
+
+def test_the_spread_fresh_probe_judges_its_three_ways_among_themselves():
+    from lab.probes.spread_fresh import cell, judged
+
+    def run(hit: float, final: float) -> dict:
+        return {"times": [1.0, hit, 9.0], "accuracy": [0.5, final, final], "final": final,
+                "end_time": 10.0, "diverged": False}  # fmt: skip
+
+    ways = {"shipped": run(4.0, 0.95), "off": run(6.0, 0.94), "off-x2": run(4.2, 0.9)}
+    verdict = judged({rule: [output] * 3 for rule, output in ways.items()})
+    assert verdict["target"] == 0.94 and verdict["best"]["arm"] == "shipped"
+    runs = verdict["runs"]
+    assert runs["shipped@1.0"]["passes"] and not runs["off@1.0"]["passes"]  # 1.5x the fastest, 1 point under
+    assert runs["off-x2@2.0"]["time"] is None and not runs["off-x2@2.0"]["passes"]  # never reaches 0.94
+    assert cell(runs["shipped@1.0"]) == "**4.0 s (1.00x), 0.950**"
+    assert cell(runs["off-x2@2.0"]) == "miss, 0.900"
