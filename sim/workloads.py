@@ -368,9 +368,28 @@ SUITE: tuple[Workload, ...] = (
              speed_order="shuffled", data_seed=176, split_seed=176, gradients=6000),
     Workload("labels1-cnn-30x-shuffled", "labels-1", speed_spread=30.0, speed_order="shuffled", data_seed=177,
              split_seed=177),
+    # the twenty-second held-back half, drawn before any run on it once the twenty-first had been reported
+    # (2026-12-01): `python -m sim.workload_draw 22 178`
+    Workload("dirichlet0.5-logreg-100dev-iprof", "dirichlet-0.5", devices=100, model="logreg", batch=None,
+             data_seed=178, split_seed=178, gradients=10000),
+    Workload("labels4-logreg-100dev-30x", "labels-4", devices=100, model="logreg", speed_spread=30.0,
+             data_seed=179, split_seed=179, gradients=10000),
+    Workload("labels4-mlp-batch32", "labels-4", model="mlp", batch=32, data_seed=180, split_seed=180,
+             gradients=6000),
+    Workload("adjacent-mlp-100dev-30x", "adjacent", devices=100, model="mlp", speed_spread=30.0,
+             data_seed=181, split_seed=181, gradients=10000),
+    Workload("adjacent-mlp-1000dev-batch32-even", "adjacent", devices=1000, model="mlp", batch=32,
+             speed_spread=1.0, data_seed=182, split_seed=182, gradients=8000),
+    Workload("dirichlet0.1-cnn-batch32-30x", "dirichlet-0.1", batch=32, speed_spread=30.0, data_seed=183,
+             split_seed=183, gradients=6000),
+    Workload("labels4-cnn-iprof-even", "labels-4", batch=None, speed_spread=1.0, data_seed=184,
+             split_seed=184),
+    Workload("dirichlet0.1-cnn-30x-shuffled", "dirichlet-0.1", speed_spread=30.0, speed_order="shuffled",
+             data_seed=185, split_seed=185),
 )
 # fleets of one kind that no half holds, for a probe that wants fresh data of that kind, never in a search:
 # issue 28's twenty-third probe (lab/probes/spread_fresh.py), `python -m sim.workload_draw 23 5000 spread`
+# when the suite held its first 178 (the twenty-second half has labels4-logreg-100dev-30x too, other digits)
 FRESH_FLEETS: tuple[Workload, ...] = (
     Workload("fresh-dirichlet10-mlp-100dev-30x-shuffled", "dirichlet-10", devices=100, model="mlp",
              speed_spread=30.0, speed_order="shuffled", data_seed=5000, split_seed=5000, gradients=10000),

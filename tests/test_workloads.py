@@ -31,6 +31,7 @@ from sim.workload_halves import (
     THIRTEENTH_HELD_BACK,
     TWELFTH_HELD_BACK,
     TWENTIETH_HELD_BACK,
+    TWENTY_FIRST_HELD_BACK,
 )
 from sim.workloads import SUITE, workload
 
@@ -82,6 +83,7 @@ def test_the_suite_has_twelve_workloads_or_more_and_two_halves_that_never_mix():
     reported += (NINTH_HELD_BACK, TENTH_HELD_BACK, ELEVENTH_HELD_BACK, TWELFTH_HELD_BACK)
     reported += (THIRTEENTH_HELD_BACK, FOURTEENTH_HELD_BACK, FIFTEENTH_HELD_BACK, SIXTEENTH_HELD_BACK)
     reported += (SEVENTEENTH_HELD_BACK, EIGHTEENTH_HELD_BACK, NINETEENTH_HELD_BACK, TWENTIETH_HELD_BACK)
+    reported += (TWENTY_FIRST_HELD_BACK,)
     seen = {*THIRD_CHOICE, *THIRD_HELD_BACK, *(name for half in reported for name in half)}
     assert set(SEEN) == seen
     assert set(CHOICE).isdisjoint(HELD_BACK) and set(CHOICE) <= seen and seen | set(HELD_BACK) == set(names)
@@ -146,29 +148,29 @@ def test_iprof_sized_batches_meet_one_time_slo_and_reach_the_devices():
     assert granted == [batches[0], batches[-1]]
 
 
-def test_the_seventeenth_to_twenty_first_held_back_halves_are_the_seeded_draws():
+def test_the_eighteenth_to_twenty_second_held_back_halves_are_the_seeded_draws():
     """sim/workload_draw.py gives each drawn half as the suite holds it, from the suite as it was before."""
     from sim.workload_draw import draw
 
     before = {w.name for w in SUITE if w.name not in HELD_BACK}
-    assert draw(21, 170, before) == [workload(n) for n in HELD_BACK]
+    assert draw(22, 178, before) == [workload(n) for n in HELD_BACK]
+    before -= set(TWENTY_FIRST_HELD_BACK)
+    assert draw(21, 170, before) == [workload(n) for n in TWENTY_FIRST_HELD_BACK]
     before -= set(TWENTIETH_HELD_BACK)
     assert draw(20, 162, before) == [workload(n) for n in TWENTIETH_HELD_BACK]
     before -= set(NINETEENTH_HELD_BACK)
     assert draw(19, 154, before) == [workload(n) for n in NINETEENTH_HELD_BACK]
-    before -= set(EIGHTEENTH_HELD_BACK)
-    assert draw(18, 146, before) == [workload(n) for n in EIGHTEENTH_HELD_BACK]
-    assert draw(17, 138, before - set(SEVENTEENTH_HELD_BACK)) == [workload(n) for n in SEVENTEENTH_HELD_BACK]
+    assert draw(18, 146, before - set(EIGHTEENTH_HELD_BACK)) == [workload(n) for n in EIGHTEENTH_HELD_BACK]
 
 
 def test_the_fresh_fleets_are_the_seeded_draw_of_the_spread_rules_kind():
-    """sim.workloads.FRESH_FLEETS is `python -m sim.workload_draw 23 5000 spread`: fleets the spread rule acts
-    on (fixed batch, 30x, 100 or 1,000 devices), none a workload of the suite, each found by name."""
+    """sim.workloads.FRESH_FLEETS is `python -m sim.workload_draw 23 5000 spread` as drawn: fleets the spread
+    rule acts on (fixed batch, 30x, 100 or 1,000 devices), none a workload of the suite then, each by name."""
     from sim.workload_draw import draw_spread_kind
     from sim.workloads import FRESH_FLEETS
 
-    assert draw_spread_kind(23, 5000, {w.name for w in SUITE}) == list(FRESH_FLEETS)
+    assert draw_spread_kind(23, 5000, {w.name for w in SUITE[:178]}) == list(FRESH_FLEETS)  # drawn at 178
     for w in FRESH_FLEETS:
         assert w.batch in (32, 100) and w.speed_spread == 30.0 and w.devices in (100, 1000)
-        assert w.name.removeprefix("fresh-") not in {s.name for s in SUITE}
+        assert w.name.removeprefix("fresh-") not in {s.name for s in SUITE[:178]}
         assert workload(w.name) is w
