@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import random
 import sys
-from collections.abc import Set
+from collections.abc import Callable, Set
 
 from sim.data import Dataset, load_mnist
 from sim.workload import Workload
@@ -53,21 +53,23 @@ def splittable(w: Workload) -> bool:
         return False
 
 
-def draw(seed: int, first_data_seed: int, taken: Set[str]) -> list[Workload]:
-    """Eight workloads none of ``taken`` (left as it is), data and split seeds from ``first_data_seed`` on."""
+# a workload's split, model, devices, batch (None: I-Prof), speed spread and speed order
+Pick = tuple[str, str, int, int | None, float, str]
+
+
+def _drawn(
+    picks: Callable[[int], Pick], count: int, first_data_seed: int, taken: Set[str], prefix: str = ""
+) -> list[Workload]:
+    """``count`` workloads, the i-th picked by ``picks(i)`` until none of ``taken`` (left as it is) and its
+    split deals every device some digits; data and split seeds from ``first_data_seed`` on."""
     taken = set(taken)  # the drawn names join it, so a draw never repeats itself; the caller's set is theirs
-    rng = random.Random(seed)
-    slots = ["mnist_cnn"] * 3 + ["mlp"] * 3 + ["logreg"] * 2
-    rng.shuffle(slots)
     drawn: list[Workload] = []
-    for i, model in enumerate(slots):
+    for i in range(count):
         while True:
-            split, batch = rng.choice(SPLITS), rng.choice((100, 32, None))
-            devices, spread = rng.choice(FLEETS[model]), rng.choice((7.0, 1.0, 30.0))
-            order = rng.choice(("split", "shuffled")) if spread != 1.0 else "split"
+            split, model, devices, batch, spread, order = picks(i)
             name = named(split, model, devices, batch, spread, order)
             seed_i = first_data_seed + i
-            w = Workload(name, split, devices=devices, model=model, batch=batch, speed_spread=spread,
+            w = Workload(prefix + name, split, devices=devices, model=model, batch=batch, speed_spread=spread,
                          speed_order=order, data_seed=seed_i, split_seed=seed_i,
                          gradients=length(devices, batch))  # fmt: skip
             if name not in taken and splittable(w):
@@ -75,34 +77,37 @@ def draw(seed: int, first_data_seed: int, taken: Set[str]) -> list[Workload]:
         taken.add(name)
         drawn.append(w)
     return drawn
+
+
+def draw(seed: int, first_data_seed: int, taken: Set[str]) -> list[Workload]:
+    """A held-back half: eight workloads, none of ``taken``, seeded from ``first_data_seed`` on."""
+    rng = random.Random(seed)
+    slots = ["mnist_cnn"] * 3 + ["mlp"] * 3 + ["logreg"] * 2
+    rng.shuffle(slots)
+
+    def pick(i: int) -> Pick:
+        split, batch = rng.choice(SPLITS), rng.choice((100, 32, None))
+        devices, spread = rng.choice(FLEETS[slots[i]]), rng.choice((7.0, 1.0, 30.0))
+        order = rng.choice(("split", "shuffled")) if spread != 1.0 else "split"
+        return split, slots[i], devices, batch, spread, order
+
+    return _drawn(pick, len(slots), first_data_seed, taken)
 
 
 def draw_spread_kind(seed: int, first_data_seed: int, taken: Set[str], count: int = 8) -> list[Workload]:
     """``count`` fleets of the kind the spread rule acts on (an MLP of 100 or 1,000 devices or a logistic
     regression of 100, a fixed batch, a 30x speed spread), none of them a workload of ``taken``, named
-    "fresh-" and the suite's name, data and split seeds from ``first_data_seed`` on: for a probe that wants
-    fleets of one kind no half has held (issue 28's twenty-third)."""
+    "fresh-" and the suite's name: for a probe that wants fleets of one kind no half has held (issue 28's
+    twenty-third)."""
     rng = random.Random(seed)
-    taken = set(taken)
-    drawn: list[Workload] = []
-    for i in range(count):
-        while True:
-            model = rng.choice(("mlp", "mlp", "logreg"))
-            split, batch = rng.choice(SPLITS), rng.choice((100, 32))
-            devices, order = (
-                rng.choice((100, 1000) if model == "mlp" else (100,)),
-                rng.choice(("split", "shuffled")),
-            )
-            name = named(split, model, devices, batch, 30.0, order)
-            seed_i = first_data_seed + i
-            w = Workload(f"fresh-{name}", split, devices=devices, model=model, batch=batch, speed_spread=30.0,
-                         speed_order=order, data_seed=seed_i, split_seed=seed_i,
-                         gradients=length(devices, batch))  # fmt: skip
-            if name not in taken and splittable(w):
-                break
-        taken.add(name)
-        drawn.append(w)
-    return drawn
+
+    def pick(i: int) -> Pick:
+        model = rng.choice(("mlp", "mlp", "logreg"))
+        split, batch = rng.choice(SPLITS), rng.choice((100, 32))
+        devices = rng.choice((100, 1000) if model == "mlp" else (100,))
+        return split, model, devices, batch, 30.0, rng.choice(("split", "shuffled"))
+
+    return _drawn(pick, count, first_data_seed, taken, prefix="fresh-")
 
 
 def entry(w: Workload) -> str:
