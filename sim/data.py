@@ -152,7 +152,8 @@ def partition_dirichlet(
     if devices * min_size > len(labels):
         raise ValueError(f"{devices} devices of at least {min_size} examples need more than {len(labels)}")
     for _ in range(1000):
-        draws = []  # each class's examples in a random order, and where the devices' pieces of them end
+        # each class's examples in a random order, and where the devices' pieces of them end
+        draws: list[tuple[np.ndarray, np.ndarray]] = []
         sizes = np.zeros(devices, dtype=int)
         for c in np.unique(labels):
             pool = rng.permutation(np.flatnonzero(labels == c))
