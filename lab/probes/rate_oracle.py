@@ -26,6 +26,7 @@ from lab.probes.adaptive_step import results_at
 HALVES = {
     "11": "8b230ac", "12": "b7b881f", "13": "bec1c0c", "14": "73bcf41", "15": "844d54f", "16": "0359ee2",
     "17": "60fd943", "18": "77f2491", "19": "ba05e1a", "20": "42f770c", "21": "58a6b90",
+    "22": "3ea510f",
 }  # fmt: skip
 ELEVENTHS = tuple(HALVES[h] for h in ("11", "12", "13", "14", "15", "16"))  # the eleventh's default's halves
 MULTIPLIERS = ("0.25", "0.5", "1.0", "2.0", "4.0")
