@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -48,14 +49,18 @@ def probe(job: tuple[str, str, int]) -> dict[str, Any]:
     return output | {"dispersion": round(staleness_spread(late), 2) if late else None}
 
 
+def way(verdict: dict[str, Any], rule: str) -> dict[str, Any]:
+    """The judged runs of one way (``judge`` keys them as arm@rate; here the arm is the rule)."""
+    return verdict["runs"][f"{rule}@{RULES[rule][1]}"]
+
+
 def judged(outputs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """One fleet's ways judged among themselves: the search's ``judge``, each way's checks added."""
     from lab.experiments.default_search_judge import judge
 
     verdict = judge({(rule, RULES[rule][1]): runs for rule, runs in outputs.items()})
     for rule in outputs:
-        point = verdict["runs"][f"{rule}@{RULES[rule][1]}"]
-        point["passes"] = all(passes(point, verdict["best_final"]))
+        way(verdict, rule)["passes"] = all(passes(way(verdict, rule), verdict["best_final"]))
     return verdict
 
 
@@ -90,9 +95,9 @@ def main() -> None:
     for name, ways in outputs.items():
         verdict = judged(ways)
         print(json.dumps({"workload": name, **verdict}), flush=True)
-        points = [verdict["runs"][f"{r}@{RULES[r][1]}"] for r in rules]
+        points = [way(verdict, r) for r in rules]
         counts.update(r for r, p in zip(rules, points, strict=True) if p["passes"])
-        spread = sorted(o["dispersion"] or 0 for o in ways[rules[0]])[len(ways[rules[0]]) // 2]
+        spread = statistics.median(o["dispersion"] or 0 for o in ways[rules[0]])
         rows.append(f"| {name} | {spread:.1f} | {verdict['target']:.3f} | {' | '.join(map(cell, points))} |")
     print("\n".join(rows))
     tally = ", ".join(f"{r} {counts[r]} of {len(outputs)}" for r in rules)
